@@ -1,0 +1,51 @@
+# Copyright: kube-accel contributors
+# Apache License 2.0
+"""Product constants shared by modules, filters, lab scripts and tests: each defined here once."""
+
+from __future__ import annotations
+
+# Every node label kube-accel sets lives under this prefix (charts receive it through values).
+LABEL_PREFIX = "kube-accel.io"
+
+MODES = ("vgpu", "pgpu", "mps")
+VGPU_BACKENDS = ("hami", "gpu-manager")
+
+# Product labels, by short name.
+LABELS = {
+    "pool": f"{LABEL_PREFIX}/pool",
+    "mode": f"{LABEL_PREFIX}/mode",
+    "vgpu_backend": f"{LABEL_PREFIX}/vgpu-backend",
+    "managed": f"{LABEL_PREFIX}/managed",
+}
+
+# Labels that upstream components read; kube-accel writes them, so it also owns their removal.
+UPSTREAM_LABELS = {
+    "gpu_present": "nvidia.com/gpu.present",
+    "device_plugin_config": "nvidia.com/device-plugin.config",
+    "mps_capable": "nvidia.com/mps.capable",
+    "deploy_device_plugin": "nvidia.com/gpu.deploy.device-plugin",
+    "mig_config": "nvidia.com/mig.config",
+}
+
+# Extended resources each mode advertises.
+RESOURCES = {
+    "pgpu": "nvidia.com/gpu",
+    "mps": "nvidia.com/gpu",
+    "vgpu_core_gpu_manager": "tencent.com/vcuda-core",
+    "vgpu_memory_gpu_manager": "tencent.com/vcuda-memory",
+    "vgpu_hami": "nvidia.com/gpu",
+    "vgpu_hami_memory": "nvidia.com/gpumem",
+    "vgpu_hami_cores": "nvidia.com/gpucores",
+}
+
+# GPU-Manager's contract: vcuda-memory counts 256 MiB units; vcuda-core counts 1/100 of a GPU.
+VCUDA_MEMORY_UNIT_MIB = 256
+VCUDA_CORES_PER_GPU = 100
+
+
+def label(name: str) -> str:
+    """Full product label key for a short name, e.g. ``pool`` -> ``kube-accel.io/pool``."""
+    try:
+        return LABELS[name]
+    except KeyError:
+        raise KeyError(f"unknown kube-accel label {name!r}; known: {', '.join(sorted(LABELS))}") from None

@@ -1,0 +1,151 @@
+#!/usr/bin/env bash
+# Build and cache kube-accel's lab toolchain from the Go module proxy and Debian.
+# Everything is keyed by version under $KA_CACHE; a second call finds every stamp and returns in seconds.
+# Usage: scripts/toolchain.sh [all|go|helm|kwok|etcd|k8s|podman|image|python]
+set -euo pipefail
+
+HERE=$(cd "$(dirname "$0")" && pwd)
+# shellcheck source=scripts/versions.env
+. "$HERE/versions.env"
+
+KA_CACHE=${KA_CACHE:-$HOME/.cache/kube-accel}
+BIN="$KA_CACHE/bin"
+export GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS="-trimpath -buildvcs=false"
+export GOMODCACHE="$KA_CACHE/go/mod" GOCACHE="$KA_CACHE/go/build"
+mkdir -p "$BIN"
+
+log() { printf '[toolchain] %s\n' "$*" >&2; }
+have() { [ -x "$1" ] && [ -e "$1.stamp" ] && [ "$(cat "$1.stamp")" = "$2" ]; }
+stamp() { printf '%s' "$2" >"$1.stamp"; }
+# Link the versioned binary to the unversioned name the rest of the repo uses.
+link() { ln -sfn "$1" "$BIN/$2"; }
+
+build_helm() {
+  local out="$KA_CACHE/helm-$HELM_VERSION/helm" pkg=helm.sh/helm/v3
+  if ! have "$out" "$HELM_VERSION"; then
+    log "building helm $HELM_VERSION"
+    mkdir -p "$(dirname "$out")"
+    # helm v3 renders offline templates for Kubernetes 1.20 unless told otherwise (lab-toolchain.md §1).
+    local ld="-s -w -X $pkg/internal/version.version=$HELM_VERSION -X $pkg/internal/version.gitTreeState=clean"
+    ld+=" -X $pkg/pkg/chartutil.k8sVersionMajor=1 -X $pkg/pkg/chartutil.k8sVersionMinor=$K8S_MINOR"
+    ld+=" -X $pkg/pkg/lint/rules.k8sVersionMajor=1 -X $pkg/pkg/lint/rules.k8sVersionMinor=$K8S_MINOR"
+    GOBIN=$(dirname "$out") go install -ldflags "$ld" "$pkg/cmd/helm@$HELM_VERSION"
+    stamp "$out" "$HELM_VERSION"
+  fi
+  link "$out" helm
+  local out4="$KA_CACHE/helm-$HELM4_VERSION/helm" pkg4=helm.sh/helm/v4
+  if ! have "$out4" "$HELM4_VERSION"; then
+    log "building helm $HELM4_VERSION"
+    mkdir -p "$(dirname "$out4")"
+    GOBIN=$(dirname "$out4") go install \
+      -ldflags "-s -w -X $pkg4/internal/version.version=$HELM4_VERSION -X $pkg4/internal/version.gitTreeState=clean" \
+      "$pkg4/cmd/helm@$HELM4_VERSION"
+    stamp "$out4" "$HELM4_VERSION"
+  fi
+  link "$out4" helm4
+}
+
+build_kwok() {
+  local dir="$KA_CACHE/kwok-$KWOK_VERSION"
+  if ! have "$dir/kwokctl" "$KWOK_VERSION"; then
+    log "building kwok/kwokctl $KWOK_VERSION"
+    GOBIN=$dir go install -ldflags "-s -w" \
+      "sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION" "sigs.k8s.io/kwok/cmd/kwokctl@$KWOK_VERSION"
+    stamp "$dir/kwokctl" "$KWOK_VERSION"
+  fi
+  link "$dir/kwok" kwok
+  link "$dir/kwokctl" kwokctl
+}
+
+# A throwaway module that depends on upstream and builds its main package (lab-toolchain.md §2, §3).
+wrapper_dir() { local d="$KA_CACHE/src/$1"; mkdir -p "$d"; printf '%s' "$d"; }
+
+build_etcd() {
+  local dir="$KA_CACHE/etcd-$ETCD_VERSION"
+  if ! have "$dir/etcd" "$ETCD_VERSION"; then
+    log "building etcd $ETCD_VERSION"
+    local w; w=$(wrapper_dir "etcd-$ETCD_VERSION")
+    (
+      cd "$w"
+      cat >go.mod <<GOMOD
+module kube-accel.local/etcdbin
+
+go $GO_MIN
+GOMOD
+      printf '//go:build tools\n\npackage tools\n\nimport _ "go.etcd.io/etcd/server/v3"\n' >tools.go
+      go get "go.etcd.io/etcd/server/v3@$ETCD_VERSION"
+      go mod tidy
+      go build -ldflags "-s -w" -o "$dir/etcd" go.etcd.io/etcd/server/v3
+    )
+    stamp "$dir/etcd" "$ETCD_VERSION"
+  fi
+  link "$dir/etcd" etcd
+}
+
+build_k8s() {
+  local dir="$KA_CACHE/kubernetes-$K8S_VERSION" v=${K8S_VERSION#v}
+  local staging="v0.${v#*.}"
+  if ! have "$dir/kube-apiserver" "$K8S_VERSION"; then
+    log "building kube-apiserver/controller-manager/scheduler/kubectl $K8S_VERSION (long on a cold cache)"
+    local w; w=$(wrapper_dir "kubernetes-$K8S_VERSION")
+    (
+      cd "$w"
+      cat >go.mod <<GOMOD
+module kube-accel.local/k8sbin
+
+go $GO_MIN
+
+godebug default=go1.26
+GOMOD
+      # Every staging module k8s.io/kubernetes replaces into ./staging/src goes to its published v0.X.Y.
+      local gomod
+      gomod=$(go mod download -json "k8s.io/kubernetes@$K8S_VERSION" | python3 -c 'import json,sys; print(json.load(sys.stdin)["GoMod"])')
+      local mods
+      mods=$(sed -n 's#^\s*\(k8s.io/[a-z0-9-]*\) => ./staging/src/.*#\1#p' "$gomod" | sort -u)
+      [ -n "$mods" ] || { log "no staging modules found in $gomod"; exit 1; }
+      for m in $mods; do go mod edit -replace "$m=$m@$staging"; done
+      go mod edit -require "k8s.io/kubernetes@$K8S_VERSION"
+      cat >tools.go <<'TOOLS'
+//go:build tools
+
+package tools
+
+import (
+	_ "k8s.io/kubernetes/cmd/kube-apiserver"
+	_ "k8s.io/kubernetes/cmd/kube-controller-manager"
+	_ "k8s.io/kubernetes/cmd/kube-scheduler"
+	_ "k8s.io/kubernetes/cmd/kubectl"
+)
+TOOLS
+      go mod tidy
+      local date; date=$(date -u +%FT%TZ)
+      local ld="-s -w" p
+      for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+        ld+=" -X $p.gitVersion=$K8S_VERSION -X $p.gitMajor=1 -X $p.gitMinor=$K8S_MINOR"
+        ld+=" -X $p.gitTreeState=clean -X $p.buildDate=$date"
+      done
+      mkdir -p "$dir"
+      go build -p "$(nproc)" -tags selinux,notest -ldflags "$ld" -o "$dir/" \
+        k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
+        k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubectl
+    )
+    stamp "$dir/kube-apiserver" "$K8S_VERSION"
+  fi
+  local b
+  for b in kube-apiserver kube-controller-manager kube-scheduler kubectl; do link "$dir/$b" "$b"; done
+}
+
+case "${1:-all}" in
+  helm) build_helm ;;
+  kwok) build_kwok ;;
+  etcd) build_etcd ;;
+  k8s) build_k8s ;;
+  go) build_helm; build_kwok; build_etcd; build_k8s ;;
+  podman | image | python) "$HERE/lab-host-image.sh" "$1" ;;
+  all)
+    build_helm; build_kwok; build_etcd; build_k8s
+    "$HERE/lab-host-image.sh" all
+    ;;
+  *) echo "usage: $0 [all|go|helm|kwok|etcd|k8s|podman|image]" >&2; exit 2 ;;
+esac
+log "ready in $BIN"

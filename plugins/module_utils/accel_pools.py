@@ -1,0 +1,109 @@
+# Copyright: kube-accel contributors
+# Apache License 2.0
+"""What a node pool promises Kubernetes: its node labels and the extended resources its nodes advertise.
+
+One function each, shared by the cluster play (labels), the verify play (expected allocatable) and the lab
+(fake nodes sized like the device plugin of their pool would size them).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ansible.module_utils.accel_constants import (
+    LABELS,
+    RESOURCES,
+    UPSTREAM_LABELS,
+    VCUDA_CORES_PER_GPU,
+    VCUDA_MEMORY_UNIT_MIB,
+)
+
+POOL_KEYS = ("accel_pool", "accel_mode")
+
+
+def pool_settings(hostvars: dict[str, Any]) -> dict[str, Any]:
+    """The accel_* settings of one host, without the ``accel_`` prefix."""
+    return {k[len("accel_"):]: v for k, v in hostvars.items() if k.startswith("accel_")}
+
+
+def mig_enabled(settings: dict[str, Any]) -> bool:
+    return bool(settings.get("mig_geometry")) and settings.get("mig_strategy", "none") != "none"
+
+
+def device_plugin_config(settings: dict[str, Any]) -> str | None:
+    """Name of the device-plugin config a node selects with ``nvidia.com/device-plugin.config``."""
+    mode = settings.get("mode")
+    if mode == "mps":
+        return f"mps-{int(settings.get('mps_replicas', 2))}"
+    if mode == "pgpu":
+        return f"mig-{settings['mig_strategy']}" if mig_enabled(settings) else "exclusive"
+    return None
+
+
+def mig_config_name(settings: dict[str, Any]) -> str:
+    """mig-parted config name for a pool's geometry, stable and readable: ``kube-accel-1g.10gb-2.3g.40gb-1``."""
+    geometry = settings.get("mig_geometry") or {}
+    parts = [f"{profile}-{count}" for profile, count in sorted(geometry.items())]
+    return "kube-accel-" + ".".join(parts) if parts else "all-disabled"
+
+
+def node_labels(settings: dict[str, Any]) -> dict[str, str]:
+    """Labels kube-accel sets on a pool's nodes (product labels plus what upstream components read)."""
+    mode = settings["mode"]
+    labels = {
+        LABELS["pool"]: str(settings["pool"]),
+        LABELS["mode"]: mode,
+        LABELS["managed"]: "true",
+        UPSTREAM_LABELS["gpu_present"]: "true",
+    }
+    if mode == "vgpu":
+        labels[LABELS["vgpu_backend"]] = settings.get("vgpu_backend", "hami")
+        # kube-accel's vGPU charts own the device plugin on these nodes, not the GPU Operator.
+        labels[UPSTREAM_LABELS["deploy_device_plugin"]] = "false"
+    config = device_plugin_config(settings)
+    if config:
+        labels[UPSTREAM_LABELS["device_plugin_config"]] = config
+    if mode == "mps":
+        # GFD is the only upstream writer of this label; setting it lets MPS run without GFD.
+        labels[UPSTREAM_LABELS["mps_capable"]] = "true"
+    if mode == "pgpu" and mig_enabled(settings) and settings.get("mig_owner", "operator") == "operator":
+        labels[UPSTREAM_LABELS["mig_config"]] = mig_config_name(settings)
+    return labels
+
+
+def managed_label_keys() -> set[str]:
+    """Every label key kube-accel may set; keys in this set that a node should no longer carry get removed."""
+    return set(LABELS.values()) | set(UPSTREAM_LABELS.values())
+
+
+def advertised_resources(settings: dict[str, Any], gpu_count: int, gpu_memory_mib: int) -> dict[str, int]:
+    """Extended resources a node of this pool advertises once its device plugin runs."""
+    mode = settings["mode"]
+    if gpu_count <= 0:
+        return {}
+    if mode == "vgpu" and settings.get("vgpu_backend", "hami") == "gpu-manager":
+        return {
+            RESOURCES["vgpu_core_gpu_manager"]: gpu_count * VCUDA_CORES_PER_GPU,
+            RESOURCES["vgpu_memory_gpu_manager"]: gpu_count * (gpu_memory_mib // VCUDA_MEMORY_UNIT_MIB),
+        }
+    if mode == "vgpu":
+        return {RESOURCES["vgpu_hami"]: gpu_count * int(settings.get("vgpu_split_count", 10))}
+    if mode == "mps":
+        return {RESOURCES["mps"]: gpu_count * int(settings.get("mps_replicas", 2))}
+    if mig_enabled(settings):
+        geometry = settings["mig_geometry"]
+        if settings["mig_strategy"] == "single":
+            # single strategy: every GPU carries one profile; nvidia.com/gpu counts MIG devices.
+            return {RESOURCES["pgpu"]: gpu_count * sum(int(c) for c in geometry.values())}
+        return {f"nvidia.com/mig-{profile}": gpu_count * int(c) for profile, c in geometry.items()}
+    return {RESOURCES["pgpu"]: gpu_count}
+
+
+def request_for(settings: dict[str, Any]) -> dict[str, str]:
+    """The smallest resource request a workload makes to land on this pool (used by the verify Jobs)."""
+    resources = advertised_resources(settings, 1, 16 * 1024)
+    if settings["mode"] == "vgpu" and settings.get("vgpu_backend", "hami") == "gpu-manager":
+        # vcuda-core: 1-100 (a fraction) or multiples of 100; vcuda-memory in 256 MiB units.
+        return {RESOURCES["vgpu_core_gpu_manager"]: "50", RESOURCES["vgpu_memory_gpu_manager"]: "4"}
+    name = sorted(resources)[0]
+    return {name: "1"}

@@ -1,0 +1,60 @@
+"""Session fixture ``lab``: the local lab cluster (scripts/lab.py), started if it is not running.
+
+A lab this fixture started is torn down at the end of the session unless KUBE_ACCEL_KEEP_LAB=1.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+BIN = Path(os.environ.get("KA_CACHE", Path.home() / ".cache" / "kube-accel")) / "bin"
+LAB_PY = REPO / "scripts" / "lab.py"
+
+
+@dataclass
+class Lab:
+    kubeconfig: Path
+    helm: Path = BIN / "helm"
+    helm4: Path = BIN / "helm4"
+    kubectl: Path = BIN / "kubectl"
+    nodes_by_pool: dict[str, list[str]] = field(default_factory=dict)
+
+    def kubectl_run(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+        return subprocess.run([str(self.kubectl), "--kubeconfig", str(self.kubeconfig), *args],
+                              capture_output=True, text=True, check=check)
+
+
+def _lab(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(LAB_PY), *args], capture_output=True, text=True, check=False)
+
+
+@pytest.fixture(scope="session")
+def lab() -> Lab:
+    missing = [b for b in ("kube-apiserver", "kwokctl", "etcd", "helm") if not (BIN / b).exists()]
+    if missing:
+        pytest.fail(f"lab toolchain missing {missing} in {BIN}: run `make toolchain` first")
+    started = _lab("status").returncode != 0
+    if started:
+        proc = _lab("up", "--skip-toolchain")
+        if proc.returncode != 0:
+            pytest.fail(f"lab did not start:\n{proc.stdout}\n{proc.stderr}")
+    from kubernetes import client, config  # noqa: PLC0415
+
+    kubeconfig = REPO / ".lab" / "kubeconfig"
+    api = client.CoreV1Api(config.new_client_from_config(str(kubeconfig)))
+    import accel_constants  # noqa: PLC0415
+
+    key = accel_constants.LABELS["pool"]
+    by_pool: dict[str, list[str]] = {}
+    for node in api.list_node(label_selector=key).items:
+        by_pool.setdefault(node.metadata.labels[key], []).append(node.metadata.name)
+    yield Lab(kubeconfig=kubeconfig, nodes_by_pool={k: sorted(v) for k, v in by_pool.items()})
+    if started and os.environ.get("KUBE_ACCEL_KEEP_LAB") != "1":
+        _lab("down")

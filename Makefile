@@ -1,0 +1,74 @@
+# kube-accel: the two commands a new user runs are `make demo` (main job on the lab) and `make test`.
+SHELL := /bin/bash
+.SHELLFLAGS := -euo pipefail -c
+.DEFAULT_GOAL := help
+
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+KA_CACHE ?= $(HOME)/.cache/kube-accel
+export PATH := $(KA_CACHE)/bin:$(CURDIR)/$(BIN):$(PATH)
+export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
+# Reinstall the Python toolchain only when pyproject.toml changes.
+VENV_STAMP := $(VENV)/.stamp-$(shell sha1sum pyproject.toml | cut -c1-12)
+CHECKOV_STAMP := .venv-checkov/.stamp-$(shell grep -o 'checkov>=[^"]*' pyproject.toml | sha1sum | cut -c1-12)
+INVENTORY ?= inventories/lab/hosts.yml
+PYTEST_ARGS ?=
+
+.PHONY: help
+help: ## List targets
+	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
+
+$(VENV_STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[test]'
+	rm -f $(VENV)/.stamp-* && touch $@
+
+$(CHECKOV_STAMP): pyproject.toml
+	$(PYTHON) -m venv .venv-checkov
+	.venv-checkov/bin/pip install --quiet "$$(grep -o 'checkov>=[^"]*' pyproject.toml)"
+	rm -f .venv-checkov/.stamp-* && touch $@
+
+.PHONY: venv
+venv: $(VENV_STAMP) $(CHECKOV_STAMP) ## Python toolchain (.venv, .venv-checkov)
+
+.PHONY: toolchain
+toolchain: venv ## Everything: Python venvs, helm, kwok, etcd, Kubernetes, podman and the host image
+	scripts/toolchain.sh all
+
+.PHONY: lab-up lab-down lab-status
+lab-up: toolchain ## Start the local lab (control plane, fake GPU nodes, podman hosts)
+	$(BIN)/python scripts/lab.py up --skip-toolchain
+lab-down: ## Remove the local lab
+	$(BIN)/python scripts/lab.py down
+lab-status: ## Show the lab's nodes
+	$(BIN)/python scripts/lab.py status
+
+.PHONY: demo
+demo: lab-up ## The main job on the lab: preflight, hosts, cluster, verify
+	$(BIN)/ansible-playbook -i $(INVENTORY) ansible/site.yml
+
+.PHONY: lint
+lint: venv ## ansible-lint (production), yamllint, ruff, helm lint
+	$(BIN)/yamllint -s .
+	$(BIN)/ruff check .
+	$(BIN)/ansible-lint
+	@for c in charts/*/; do [ -f "$$c/Chart.yaml" ] || continue; grep -q '^type: library' $$c/Chart.yaml && continue; \
+	  helm dependency build $$c >/dev/null 2>&1 || true; helm lint --strict $$c; done
+
+.PHONY: unit
+unit: venv ## Unit tests only (no lab, no Molecule)
+	$(BIN)/python -m pytest tests -m "not lab and not molecule and not gpu" $(PYTEST_ARGS)
+
+.PHONY: test
+test: toolchain lint ## Lint, unit, chart and lab integration tests, Molecule scenarios
+	$(BIN)/python -m pytest tests $(PYTEST_ARGS)
+
+.PHONY: images
+images: venv ## Image list for mirroring into a private registry
+	$(BIN)/python scripts/images.py
+
+.PHONY: clean
+clean: lab-down ## Remove the lab and Python caches (keeps the toolchain cache)
+	rm -rf .pytest_cache .ruff_cache .cache

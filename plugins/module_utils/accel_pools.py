@@ -107,3 +107,25 @@ def request_for(settings: dict[str, Any]) -> dict[str, str]:
         return {RESOURCES["vgpu_core_gpu_manager"]: "50", RESOURCES["vgpu_memory_gpu_manager"]: "4"}
     name = sorted(resources)[0]
     return {name: "1"}
+
+
+def collect_pools(hosts: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """Pools from the GPU hosts' hostvars: one entry per ``accel_pool`` with its settings and hosts.
+
+    Settings are taken from the first host; preflight guarantees a pool's hosts agree on its mode.
+    """
+    pools: dict[str, dict[str, Any]] = {}
+    for host in sorted(hosts):
+        settings = pool_settings(hosts[host])
+        if "pool" not in settings:
+            continue
+        entry = pools.setdefault(settings["pool"], {"pool": settings["pool"], "settings": settings, "hosts": []})
+        entry["hosts"].append(host)
+    return [pools[name] for name in sorted(pools)]
+
+
+def release_key(settings: dict[str, Any]) -> str:
+    """The chart release a pool belongs to: one per mode, and one per backend for vGPU."""
+    if settings["mode"] == "vgpu":
+        return f"vgpu-{settings.get('vgpu_backend', 'hami')}"
+    return settings["mode"]

@@ -1,0 +1,166 @@
+#!/usr/bin/python
+# Copyright: kube-accel contributors
+# Apache License 2.0
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: accel_node_labels
+short_description: Reconcile the labels and taints kube-accel owns on GPU nodes
+description:
+  - Reads every node in one list call, computes per node the merge patch that sets the desired labels and
+    taints and removes managed labels that no longer apply, and sends one patch per node that differs.
+  - Labels and taints outside the managed keys are never touched.
+  - Cost grows with the number of nodes that change, not with the number of labels.
+version_added: "0.1.0"
+author: kube-accel contributors
+options:
+  nodes:
+    description: Desired state per node name, C({labels: {...}, taints: [{key, value, effect}]}).
+    type: dict
+    required: true
+  managed_label_keys:
+    description: Label keys kube-accel owns; those a node carries but should not are removed.
+    type: list
+    elements: str
+    required: true
+  managed_taint_keys:
+    description: Taint keys kube-accel owns.
+    type: list
+    elements: str
+    default: []
+  prune_label:
+    description:
+      - A label key marking nodes kube-accel manages. Nodes that carry it but are not in O(nodes) (taken out
+        of every pool) lose all managed labels and taints.
+    type: str
+  fail_on_missing:
+    description: Fail when a node in O(nodes) does not exist in the cluster.
+    type: bool
+    default: true
+  kubeconfig:
+    description: Path of the kubeconfig file.
+    type: path
+  context:
+    description: Context in the kubeconfig; the current context when empty.
+    type: str
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: full
+requirements:
+  - kubernetes (Python client)
+"""
+
+EXAMPLES = r"""
+- name: Label the MPS pool
+  accel_node_labels:
+    kubeconfig: /etc/kubernetes/admin.conf
+    nodes:
+      gpu-a30-01:
+        labels: {kube-accel.io/pool: batch-mps, nvidia.com/mps.capable: "true"}
+        taints: [{key: kube-accel.io/pool, value: batch-mps, effect: NoSchedule}]
+    managed_label_keys: [kube-accel.io/pool, nvidia.com/mps.capable]
+    managed_taint_keys: [kube-accel.io/pool]
+    prune_label: kube-accel.io/managed
+"""
+
+RETURN = r"""
+patched:
+  description: Node name -> merge patch sent (or that would be sent in check mode).
+  returned: always
+  type: dict
+missing:
+  description: Nodes named in O(nodes) that the cluster does not have.
+  returned: always
+  type: list
+  elements: str
+"""
+
+import traceback
+
+from ansible.module_utils.accel_labels import plan
+from ansible.module_utils.basic import AnsibleModule, missing_required_lib
+
+try:
+    from kubernetes import client, config
+    from kubernetes.client.exceptions import ApiException
+
+    HAS_K8S = True
+except ImportError:
+    HAS_K8S = False
+    K8S_IMPORT_ERROR = traceback.format_exc()
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec={
+            "nodes": {"type": "dict", "required": True},
+            "managed_label_keys": {"type": "list", "elements": "str", "required": True, "no_log": False},
+            "managed_taint_keys": {"type": "list", "elements": "str", "default": [], "no_log": False},
+            "prune_label": {"type": "str"},
+            "fail_on_missing": {"type": "bool", "default": True},
+            "kubeconfig": {"type": "path"},
+            "context": {"type": "str"},
+        },
+        supports_check_mode=True,
+    )
+    if not HAS_K8S:
+        module.fail_json(msg=missing_required_lib("kubernetes"), exception=K8S_IMPORT_ERROR)
+    p = module.params
+    try:
+        api = client.CoreV1Api(config.new_client_from_config(p["kubeconfig"], context=p["context"] or None))
+        listed = api.list_node().items
+    except Exception as exc:  # noqa: BLE001 - every failure to reach the API is reported the same way
+        module.fail_json(msg=f"cannot read nodes from the cluster ({p['kubeconfig']}): {exc}")
+    current = {
+        n.metadata.name: {
+            "labels": dict(n.metadata.labels or {}),
+            "taints": [t.to_dict() for t in (n.spec.taints or [])],
+        }
+        for n in listed
+    }
+    desired = dict(p["nodes"])
+    if p["prune_label"]:
+        for name, node in current.items():
+            if p["prune_label"] in node["labels"] and name not in desired:
+                desired[name] = {"labels": {}, "taints": []}
+    patches, missing = plan(current, desired, set(p["managed_label_keys"]), set(p["managed_taint_keys"]))
+    if missing and p["fail_on_missing"]:
+        module.fail_json(msg=f"nodes not found in the cluster: {', '.join(missing)}", missing=missing)
+    diff = {
+        "before": {
+            n: {
+                "labels": {
+                    k: current[n]["labels"].get(k) for k in sorted(pt.get("metadata", {}).get("labels", {}))
+                },
+                "taints": current[n]["taints"],
+            }
+            for n, pt in patches.items()
+        },
+        "after": {
+            n: {
+                "labels": pt.get("metadata", {}).get("labels", {}),
+                "taints": pt.get("spec", {}).get("taints", current[n]["taints"]),
+            }
+            for n, pt in patches.items()
+        },
+    }
+    if not module.check_mode:
+        for name, patch in patches.items():
+            try:
+                api.patch_node(name, patch)
+            except ApiException as exc:
+                module.fail_json(
+                    msg=f"patching node {name} failed: {exc.status} {exc.reason}: {exc.body}",
+                    patched={k: v for k, v in patches.items() if k < name},
+                )
+    result = {"changed": bool(patches), "patched": patches, "missing": missing}
+    if module._diff and patches:
+        result["diff"] = diff
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,70 @@
+"""What each pool promises: labels and advertised resources per mode."""
+
+from __future__ import annotations
+
+from ansible.module_utils import accel_pools as ap
+
+
+def s(**kw):
+    return {"pool": "p", **kw}
+
+
+def test_labels_per_mode():
+    mps = ap.node_labels(s(mode="mps", mps_replicas=8))
+    assert mps["kube-accel.io/pool"] == "p"
+    assert mps["nvidia.com/mps.capable"] == "true"
+    assert mps["nvidia.com/device-plugin.config"] == "mps-8"
+    vgpu = ap.node_labels(s(mode="vgpu", vgpu_backend="gpu-manager"))
+    assert vgpu["nvidia.com/gpu.deploy.device-plugin"] == "false"
+    assert vgpu["kube-accel.io/vgpu-backend"] == "gpu-manager"
+    assert "nvidia.com/device-plugin.config" not in vgpu
+    pgpu = ap.node_labels(s(mode="pgpu"))
+    assert pgpu["nvidia.com/device-plugin.config"] == "exclusive"
+    assert "nvidia.com/mps.capable" not in pgpu and "nvidia.com/mig.config" not in pgpu
+    mig = ap.node_labels(s(mode="pgpu", mig_strategy="mixed", mig_geometry={"3g.40gb": 1, "1g.10gb": 2}))
+    assert mig["nvidia.com/device-plugin.config"] == "mig-mixed"
+    assert mig["nvidia.com/mig.config"] == "kube-accel-1g.10gb-2.3g.40gb-1"
+    host_owned = ap.node_labels(s(mode="pgpu", mig_strategy="single", mig_owner="host",
+                                  mig_geometry={"1g.10gb": 7}))
+    assert "nvidia.com/mig.config" not in host_owned
+
+
+def test_every_label_set_is_managed():
+    for settings in (s(mode="mps"), s(mode="vgpu"), s(mode="pgpu", mig_strategy="mixed", mig_geometry={"7g.80gb": 1})):
+        assert set(ap.node_labels(settings)) <= ap.managed_label_keys()
+
+
+def test_advertised_resources():
+    assert ap.advertised_resources(s(mode="pgpu"), 8, 81920) == {"nvidia.com/gpu": 8}
+    assert ap.advertised_resources(s(mode="mps", mps_replicas=4), 2, 24576) == {"nvidia.com/gpu": 8}
+    assert ap.advertised_resources(s(mode="vgpu", vgpu_backend="hami", vgpu_split_count=10), 1, 81920) == {
+        "nvidia.com/gpu": 10}
+    # 15360 MiB T4 -> 60 units of 256 MiB per GPU.
+    assert ap.advertised_resources(s(mode="vgpu", vgpu_backend="gpu-manager"), 2, 15360) == {
+        "tencent.com/vcuda-core": 200, "tencent.com/vcuda-memory": 120}
+    mixed = ap.advertised_resources(s(mode="pgpu", mig_strategy="mixed",
+                                      mig_geometry={"3g.40gb": 1, "1g.10gb": 2}), 2, 81920)
+    assert mixed == {"nvidia.com/mig-3g.40gb": 2, "nvidia.com/mig-1g.10gb": 4}
+    single = ap.advertised_resources(s(mode="pgpu", mig_strategy="single", mig_geometry={"1g.10gb": 7}), 2, 81920)
+    assert single == {"nvidia.com/gpu": 14}
+    assert ap.advertised_resources(s(mode="pgpu"), 0, 0) == {}
+
+
+def test_collect_pools_and_release_keys():
+    hosts = {
+        "b": {"accel_pool": "mps", "accel_mode": "mps", "ansible_host": "x"},
+        "a": {"accel_pool": "mps", "accel_mode": "mps"},
+        "c": {"accel_pool": "h", "accel_mode": "vgpu", "accel_vgpu_backend": "hami"},
+        "cp": {"ansible_connection": "local"},
+    }
+    pools = ap.collect_pools(hosts)
+    assert [(p["pool"], p["hosts"]) for p in pools] == [("h", ["c"]), ("mps", ["a", "b"])]
+    assert ap.release_key(pools[0]["settings"]) == "vgpu-hami"
+    assert ap.release_key(pools[1]["settings"]) == "mps"
+
+
+def test_requests_fit_the_gpu_manager_contract():
+    req = ap.request_for(s(mode="vgpu", vgpu_backend="gpu-manager"))
+    core = int(req["tencent.com/vcuda-core"])
+    assert 1 <= core <= 100 or core % 100 == 0
+    assert ap.request_for(s(mode="mps")) == {"nvidia.com/gpu": "1"}

@@ -6,10 +6,9 @@ from __future__ import annotations
 import subprocess
 import time
 
+import accel_constants
 import pytest
 from kubernetes import client, config
-
-import accel_constants
 
 pytestmark = pytest.mark.lab
 

@@ -1,0 +1,247 @@
+#!/usr/bin/python
+# Copyright: kube-accel contributors
+# Apache License 2.0
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: accel_pool_verify
+short_description: Prove that each GPU pool offers what the inventory promised
+description:
+  - Per pool, reads the nodes back and checks their labels, that the pool's release runs a Ready DaemonSet
+    pod on each node, and that each node's allocatable shows the resource the mode promises.
+  - Then runs one short Job per pool requesting that pool's resource and checks that it lands on the pool
+    and completes. The Jobs are deleted afterwards, so the cluster is left as it was and the module reports
+    no change.
+  - Every check runs; the module fails at the end with all problems and the summary table.
+version_added: "0.1.0"
+author: kube-accel contributors
+options:
+  pools:
+    description:
+      - List of pools, each C({pool, mode, release, nodes, labels, resources, request}); C(resources) maps
+        resource name to the expected allocatable quantity per node (0 = any positive quantity).
+    type: list
+    elements: dict
+    required: true
+  namespace:
+    description: Namespace of the releases and of the verify Jobs.
+    type: str
+    default: kube-accel
+  pool_label:
+    description: Label key that selects a pool's nodes.
+    type: str
+    required: true
+  taint_key:
+    description: Taint key of pool taints, tolerated by the Jobs; none when empty.
+    type: str
+  run_jobs:
+    description: Schedule the verify Jobs.
+    type: bool
+    default: true
+  job_image:
+    description: Image of the verify Jobs (pull from your mirror on air-gapped sites).
+    type: str
+    default: nvcr.io/nvidia/cuda:12.4.1-base-ubuntu22.04
+  job_command:
+    description: Command of the verify Jobs.
+    type: list
+    elements: str
+    default: [nvidia-smi, -L]
+  job_timeout:
+    description: Seconds to wait for each Job to complete.
+    type: int
+    default: 120
+  kubeconfig:
+    description: Path of the kubeconfig file.
+    type: path
+  context:
+    description: Context in the kubeconfig.
+    type: str
+attributes:
+  check_mode:
+    support: full
+    details: In check mode the read-only checks run and no Job is created.
+  diff_mode:
+    support: none
+requirements:
+  - kubernetes (Python client)
+"""
+
+EXAMPLES = r"""
+- name: Verify the pools
+  accel_pool_verify:
+    kubeconfig: .lab/kubeconfig
+    pool_label: kube-accel.io/pool
+    pools:
+      - pool: mps
+        mode: mps
+        release: kube-accel-mps
+        nodes: [lab-mps-0]
+        labels: {nvidia.com/mps.capable: "true"}
+        resources: {nvidia.com/gpu: 4}
+        request: {nvidia.com/gpu: "1"}
+"""
+
+RETURN = r"""
+rows:
+  description: One result row per pool.
+  returned: always
+  type: list
+  elements: dict
+table:
+  description: The summary table as text.
+  returned: always
+  type: str
+problems:
+  description: Every failed check.
+  returned: always
+  type: list
+  elements: str
+fake_nodes:
+  description: How many of the checked nodes are kwok fakes.
+  returned: always
+  type: int
+"""
+
+import time
+import traceback
+
+from ansible.module_utils.accel_verify import (
+    FAKE_NODE_ANNOTATION,
+    allocatable_problems,
+    daemon_problems,
+    job_manifest,
+    label_problems,
+    render_table,
+)
+from ansible.module_utils.basic import AnsibleModule, missing_required_lib
+
+try:
+    from kubernetes import client, config
+    from kubernetes.client.exceptions import ApiException
+
+    HAS_K8S = True
+except ImportError:
+    HAS_K8S = False
+    K8S_IMPORT_ERROR = traceback.format_exc()
+
+
+def pod_ready(pod) -> bool:
+    return any(c.type == "Ready" and c.status == "True" for c in (pod.status.conditions or []))
+
+
+def run_job(batch, core, p, pool) -> tuple[str, list[str]]:
+    name = f"kube-accel-verify-{pool['pool']}"[:63].rstrip("-")
+    ns = p["namespace"]
+    body = job_manifest(name, ns, p["pool_label"], pool["pool"], pool["request"], p["job_image"],
+                        p["job_command"], p["taint_key"])
+    try:
+        batch.delete_namespaced_job(name, ns, propagation_policy="Foreground")
+        while True:
+            batch.read_namespaced_job(name, ns)
+            time.sleep(0.5)
+    except ApiException as exc:
+        if exc.status != 404:
+            raise
+    batch.create_namespaced_job(ns, body)
+    deadline = time.time() + p["job_timeout"]
+    problems: list[str] = []
+    status = "timeout"
+    try:
+        while time.time() < deadline:
+            job = batch.read_namespaced_job(name, ns)
+            if job.status.succeeded:
+                status = "completed"
+                break
+            if job.status.failed:
+                status = "failed"
+                break
+            time.sleep(1)
+        pods = core.list_namespaced_pod(ns, label_selector=f"job-name={name}").items
+        nodes = sorted({pd.spec.node_name for pd in pods if pd.spec.node_name})
+        stray = [n for n in nodes if n not in pool["nodes"]]
+        if stray:
+            problems.append(f"pool {pool['pool']}: verify Job ran on {stray}, outside the pool")
+        if status != "completed":
+            reasons = [c.message for pd in pods for c in (pd.status.conditions or []) if c.message]
+            problems.append(f"pool {pool['pool']}: verify Job {status} after {p['job_timeout']} s "
+                            f"{'; '.join(reasons)}".rstrip())
+        return (f"{status} on {','.join(nodes)}" if nodes else status), problems
+    finally:
+        batch.delete_namespaced_job(name, ns, propagation_policy="Background")
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec={
+            "pools": {"type": "list", "elements": "dict", "required": True},
+            "namespace": {"type": "str", "default": "kube-accel"},
+            "pool_label": {"type": "str", "required": True},
+            "taint_key": {"type": "str", "no_log": False},
+            "run_jobs": {"type": "bool", "default": True},
+            "job_image": {"type": "str", "default": "nvcr.io/nvidia/cuda:12.4.1-base-ubuntu22.04"},
+            "job_command": {"type": "list", "elements": "str", "default": ["nvidia-smi", "-L"]},
+            "job_timeout": {"type": "int", "default": 120},
+            "kubeconfig": {"type": "path"},
+            "context": {"type": "str"},
+        },
+        supports_check_mode=True,
+    )
+    if not HAS_K8S:
+        module.fail_json(msg=missing_required_lib("kubernetes"), exception=K8S_IMPORT_ERROR)
+    p = module.params
+    try:
+        api_client = config.new_client_from_config(p["kubeconfig"], context=p["context"] or None)
+        core, batch = client.CoreV1Api(api_client), client.BatchV1Api(api_client)
+        nodes = {n.metadata.name: n for n in core.list_node().items}
+        pods = core.list_namespaced_pod(p["namespace"]).items
+    except Exception as exc:  # noqa: BLE001 - any failure to reach the API is reported the same way
+        module.fail_json(msg=f"cannot read the cluster ({p['kubeconfig']}): {exc}")
+
+    rows, problems, fake, total = [], [], 0, 0
+    for pool in p["pools"]:
+        row = {"pool": pool["pool"], "mode": pool["mode"], "nodes": len(pool["nodes"])}
+        found: dict[str, list[str]] = {"labels": [], "daemonset": [], "allocatable": []}
+        for name in pool["nodes"]:
+            total += 1
+            node = nodes.get(name)
+            if node is None:
+                found["labels"].append(f"{name}: node not in the cluster")
+                continue
+            if (node.metadata.annotations or {}).get(FAKE_NODE_ANNOTATION) == "fake":
+                fake += 1
+            found["labels"] += label_problems(name, node.metadata.labels or {}, pool.get("labels", {}))
+            found["allocatable"] += allocatable_problems(name, node.status.allocatable or {},
+                                                         pool.get("resources", {}))
+            mine = [
+                {"name": pd.metadata.name, "ready": pod_ready(pd)}
+                for pd in pods
+                if pd.spec.node_name == name
+                and (pd.metadata.labels or {}).get("app.kubernetes.io/instance") == pool["release"]
+                and any(o.kind == "DaemonSet" for o in (pd.metadata.owner_references or []))
+            ]
+            found["daemonset"] += daemon_problems(name, mine)
+        pool_problems = [item for items in found.values() for item in items]
+        for key, items in found.items():
+            row[key] = "ok" if not items else f"{len(items)} problem(s)"
+        if p["run_jobs"] and not module.check_mode:
+            try:
+                row["job"], job_problems = run_job(batch, core, p, pool)
+            except ApiException as exc:
+                row["job"], job_problems = "error", [f"pool {pool['pool']}: verify Job: {exc.status} {exc.reason}"]
+            pool_problems += job_problems
+        else:
+            row["job"] = "skipped (check mode)" if module.check_mode else "skipped"
+        row["result"] = "FAIL" if pool_problems else "PASS"
+        problems += pool_problems
+        rows.append(row)
+    table = render_table(rows, fake, total)
+    result = {"changed": False, "rows": rows, "table": table, "problems": problems, "fake_nodes": fake}
+    if problems:
+        module.fail_json(msg="pool verification failed:\n" + "\n".join(problems) + "\n\n" + table, **result)
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()

@@ -7,6 +7,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "scripts"))
+sys.path.insert(0, str(REPO / "plugins"))
 for _path in (REPO / "plugins" / "modules", REPO / "plugins" / "filter", REPO / "plugins" / "module_utils"):
     sys.path.insert(0, str(_path))
 

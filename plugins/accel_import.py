@@ -1,7 +1,7 @@
 """Import kube-accel's module_utils outside Ansible under the names Ansible gives them.
 
 Ansible resolves ``from ansible.module_utils.accel_x import ...`` through the module_utils path in
-ansible.cfg. Tests and lab scripts install this finder to resolve the same names from plugins/module_utils.
+ansible.cfg. Filters, tests and lab scripts install this finder to resolve the same names from plugins/module_utils.
 """
 
 from __future__ import annotations

@@ -1,0 +1,475 @@
+"""Unit tests for accel_helm: argv per helm major, the change decision, schema messages, diffs, errors.
+
+helm itself is replaced by a scripted runner only for the decision logic; what real helm does with these argvs
+is covered by tests/integration/test_accel_release_lab.py against the lab cluster.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import accel_helm as ah
+import pytest
+import yaml
+
+TINY = Path(__file__).resolve().parents[1] / "data" / "charts" / "tiny"
+
+MANIFEST_V1 = """---
+# Source: tiny/templates/configmap.yaml
+apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: rel-tiny
+data:
+  replicas: "1"
+---
+# Source: tiny/templates/deployment.yaml
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: rel-tiny
+spec:
+  replicas: 1
+"""
+MANIFEST_V2 = MANIFEST_V1.replace('replicas: "1"', 'replicas: "2"').replace("replicas: 1", "replicas: 2")
+
+
+class FakeHelm:
+    """Scripted helm: answers by subcommand from a small release model, records every argv."""
+
+    def __init__(self, version="v3.21.4+g1a2b3c4", release=None, upgrade=(0, None, ""), render_manifest=None):
+        self.version = version
+        self.release = release  # dict: revision, status, chart, app_version, values, manifest
+        self.upgrade_result = upgrade
+        self.render_manifest = render_manifest
+        self.calls: list[list[str]] = []
+
+    def __call__(self, argv):
+        argv = list(argv)
+        self.calls.append(argv)
+        sub = argv[1]
+        if sub == "version":
+            return 0, self.version + "\n", ""
+        if sub == "list":
+            if not self.release:
+                return 0, "[]\n", ""
+            rel = self.release
+            entry = {
+                "name": "rel",
+                "namespace": "ns",
+                "revision": str(rel["revision"]),
+                "status": rel["status"],
+                "chart": rel["chart"],
+                "app_version": rel["app_version"],
+            }
+            return 0, json.dumps([entry]), ""
+        if sub == "get" and argv[2] == "values":
+            return 0, json.dumps(self.release["values"] or None), ""
+        if sub == "get" and argv[2] == "manifest":
+            return 0, self.release["manifest"], ""
+        if sub == "upgrade" and "--dry-run=server" in argv:
+            values = yaml.safe_load(Path(argv[argv.index("--values") + 1]).read_text())
+            manifest = self.render_manifest or (MANIFEST_V2 if values.get("replicas") == 2 else MANIFEST_V1)
+            return 0, json.dumps(self._release_json(manifest, "pending-upgrade")), ""
+        if sub == "upgrade":
+            rc, out, err = self.upgrade_result
+            return rc, out if out is not None else json.dumps(self._release_json(MANIFEST_V2, "deployed", 2)), err
+        if sub == "uninstall":
+            return 0, 'release "rel" uninstalled\n', ""
+        if sub == "show":
+            return 0, "name: tiny\nversion: 0.1.0\nappVersion: 1.0.0\n", ""
+        raise AssertionError(f"unexpected helm call {argv}")
+
+    @staticmethod
+    def _release_json(manifest, status, version=1):
+        return {
+            "name": "rel",
+            "version": version,
+            "info": {"status": status},
+            "manifest": manifest,
+            "chart": {"metadata": {"name": "tiny", "version": "0.1.0", "appVersion": "1.0.0"}},
+        }
+
+    def subcommands(self):
+        return [" ".join(c[1:3]) if c[1] == "get" else c[1] for c in self.calls]
+
+    def real_upgrades(self):
+        return [c for c in self.calls if c[1] == "upgrade" and "--dry-run=server" not in c]
+
+
+def deployed_release(**over):
+    rel = {
+        "revision": 1,
+        "status": "deployed",
+        "chart": "tiny-0.1.0",
+        "app_version": "1.0.0",
+        "values": {"replicas": 1},
+        "manifest": MANIFEST_V1,
+    }
+    rel.update(over)
+    return rel
+
+
+def spec(**over):
+    base = {"name": "rel", "namespace": "ns", "chart": str(TINY), "values": {"replicas": 1}}
+    base.update(over)
+    return ah.ReleaseSpec(**base)
+
+
+def present(fake, check=False, diff=False, validate=True, **spec_over):
+    helm = ah.Helm("/usr/bin/helm", fake, kubeconfig="/k/config", context="lab")
+    return ah.ensure_present(helm, spec(**spec_over), check_mode=check, diff_mode=diff, validate=validate)
+
+
+# ---------------------------------------------------------------------------------------------------------- version
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [("v3.21.4+g1a2b3c4\n", (3, 21, 4)), ("v4.2.4", (4, 2, 4)), ("v3.21", (3, 21, 0))],
+)
+def test_parse_helm_version(text, expected):
+    assert ah.parse_helm_version(text) == expected
+
+
+def test_helm_2_or_garbage_refused():
+    with pytest.raises(ah.HelmError, match="use helm 3 or 4"):
+        ah.Helm("/h", FakeHelm(version="v2.17.0"))
+    with pytest.raises(ah.HelmError, match="cannot read helm's version"):
+        ah.Helm("/h", FakeHelm(version="nonsense"))
+
+
+# ---------------------------------------------------------------------------------------------------------- argv
+
+
+def test_upgrade_argv_helm3_atomic_wait():
+    helm = ah.Helm("/usr/bin/helm", FakeHelm(), kubeconfig="/k/config", context="lab")
+    argv = helm.upgrade_argv(spec(chart_version="0.1.0", timeout="90s"), "/tmp/v.yaml")
+    assert argv[:5] == ["/usr/bin/helm", "upgrade", "rel", str(TINY), "--install"]
+    assert "--atomic" in argv and "--wait" in argv and "--rollback-on-failure" not in argv
+    for flag, value in [
+        ("--namespace", "ns"),
+        ("--kubeconfig", "/k/config"),
+        ("--kube-context", "lab"),
+        ("--version", "0.1.0"),
+        ("--timeout", "90s"),
+        ("--values", "/tmp/v.yaml"),
+    ]:
+        assert argv[argv.index(flag) + 1] == value
+    assert "--reset-values" in argv and "--create-namespace" in argv
+
+
+def test_upgrade_argv_helm4_rollback_on_failure():
+    helm = ah.Helm("/usr/bin/helm4", FakeHelm(version="v4.2.4"))
+    argv = helm.upgrade_argv(spec(), "/tmp/v.yaml")
+    assert "--rollback-on-failure" in argv and "--wait=watcher" in argv
+    assert "--atomic" not in argv and "--wait" not in argv
+    assert "--kubeconfig" not in argv and "--kube-context" not in argv
+
+
+@pytest.mark.parametrize("version", ["v3.21.4", "v4.2.4"])
+def test_no_wait_no_atomic_and_no_namespace_creation(version):
+    helm = ah.Helm("/h", FakeHelm(version=version))
+    argv = helm.upgrade_argv(spec(wait=False, atomic=False, create_namespace=False), "/v")
+    assert not [a for a in argv if a.startswith(("--wait", "--atomic", "--rollback"))]
+    assert "--create-namespace" not in argv
+
+
+@pytest.mark.parametrize("version", ["v3.21.4", "v4.2.4"])
+def test_dry_run_argv_renders_without_waiting(version):
+    argv = ah.Helm("/h", FakeHelm(version=version)).upgrade_argv(spec(), "/v", dry_run=True)
+    assert "--dry-run=server" in argv and argv[-2:] == ["--output", "json"]
+    assert not [a for a in argv if a.startswith(("--wait", "--atomic", "--rollback", "--timeout"))]
+
+
+def test_uninstall_argv_per_major():
+    assert "--wait" in ah.Helm("/h", FakeHelm()).uninstall_argv("rel", "ns", True, "1m")
+    assert "--wait=watcher" in ah.Helm("/h", FakeHelm(version="v4.2.4")).uninstall_argv("rel", "ns", True, "1m")
+
+
+# ---------------------------------------------------------------------------------------------------------- decide
+
+
+def desired(**over):
+    base = {
+        "chart_name": "tiny",
+        "chart_version": "0.1.0",
+        "app_version": "1.0.0",
+        "values": {"replicas": 1},
+        "manifest": MANIFEST_V1,
+    }
+    base.update(over)
+    return ah.Desired(**base)
+
+
+def deployed(**over):
+    rel = deployed_release(**over)
+    return ah.Deployed(**rel)
+
+
+def test_same_release_is_not_a_change():
+    decision = ah.decide(desired(values={"replicas": 1.0}), deployed())  # JSON numbers: 1 == 1.0
+    assert decision == ah.Decision(False, [])
+
+
+def test_not_installed_is_a_change():
+    decision = ah.decide(desired(), None)
+    assert decision.changed and "not installed" in decision.reasons[0]
+
+
+def test_values_differ_names_the_keys():
+    decision = ah.decide(desired(values={"replicas": 1, "podLabels": {"a": "b"}}), deployed())
+    assert decision.changed
+    assert "values differ: podLabels" in decision.reasons
+
+
+def test_chart_version_differs():
+    decision = ah.decide(desired(chart_version="0.2.0"), deployed())
+    assert decision.reasons == ["chart tiny-0.1.0 -> tiny-0.2.0"]
+
+
+def test_manifest_differs_names_the_objects():
+    decision = ah.decide(desired(manifest=MANIFEST_V2), deployed())
+    assert decision.reasons == ["manifest differs: ConfigMap/rel-tiny, Deployment/rel-tiny"]
+
+
+def test_manifest_whitespace_and_comments_do_not_count():
+    reformatted = MANIFEST_V1.replace("# Source: tiny/templates/configmap.yaml\n", "") + "\n\n"
+    assert not ah.decide(desired(manifest=reformatted), deployed()).changed
+
+
+@pytest.mark.parametrize("status", ["failed", "pending-upgrade", "superseded"])
+def test_failed_or_pending_status_is_a_change(status):
+    decision = ah.decide(desired(), deployed(status=status))
+    assert decision.changed and decision.reasons == [f"release status is '{status}', not 'deployed'"]
+
+
+def test_unrendered_manifest_decides_on_the_rest():
+    assert not ah.decide(desired(manifest=None), deployed()).changed
+
+
+# ---------------------------------------------------------------------------------------------------------- ensure
+
+
+def test_no_change_skips_upgrade():
+    fake = FakeHelm(release=deployed_release())
+    result = present(fake)
+    assert result["changed"] is False
+    assert fake.real_upgrades() == []
+    assert result["revision"] == 1 and result["status"] == "deployed" and result["chart"] == "tiny-0.1.0"
+    assert {"kind": "Deployment", "name": "rel-tiny", "namespace": "ns"} in result["objects"]
+
+
+def test_change_runs_upgrade_and_returns_new_revision():
+    fake = FakeHelm(release=deployed_release())
+    result = present(fake, values={"replicas": 2})
+    assert result["changed"] is True
+    assert len(fake.real_upgrades()) == 1
+    assert result["command"] == fake.real_upgrades()[0]
+    assert result["revision"] == 2 and result["status"] == "deployed"
+    assert "values differ: replicas" in result["changes"]
+
+
+def test_check_mode_reports_without_upgrading():
+    fake = FakeHelm(release=deployed_release())
+    result = present(fake, check=True, diff=True, values={"replicas": 2})
+    assert result["changed"] is True and fake.real_upgrades() == []
+    assert result["revision"] == 1
+    assert "--atomic" in result["command"]
+    text = ah.unified_diff(result["diff"])
+    assert "-replicas: 1\n" in text and "+replicas: 2\n" in text  # values
+    assert '-  replicas: "1"' in text and '+  replicas: "2"' in text  # manifest
+
+
+def test_pending_release_is_changed_without_rendering():
+    fake = FakeHelm(release=deployed_release(status="pending-upgrade"))
+    result = present(fake, check=True)
+    assert result["changed"] and "release status is 'pending-upgrade'" in result["changes"][0]
+    assert not [c for c in fake.calls if "--dry-run=server" in c]
+
+
+def test_failed_rollout_reports_rollback_and_stderr():
+    stderr = (
+        "Error: UPGRADE FAILED: release rel failed, and has been rolled back due to atomic being set: "
+        "context deadline exceeded\n"
+    )
+    fake = FakeHelm(release=deployed_release(), upgrade=(1, "", stderr))
+    with pytest.raises(ah.HelmError) as err:
+        present(fake, values={"replicas": 2}, timeout="20s")
+    # After the failed attempt helm list shows the rollback revision as deployed; the fake still says 1.
+    assert "did not become ready within 20s" in err.value.msg
+    assert "rolled back automatically, revision 1 is deployed again" in err.value.msg
+    assert err.value.stderr == stderr and err.value.command[1] == "upgrade"
+
+
+def test_unreachable_cluster_is_named():
+    def runner(argv):
+        if argv[1] == "version":
+            return 0, "v3.21.4", ""
+        return 1, "", 'Error: Kubernetes cluster unreachable: Get "https://127.0.0.1:6443/version": connection refused'
+
+    helm = ah.Helm("/h", runner, kubeconfig="/lab/kubeconfig")
+    with pytest.raises(ah.HelmError) as err:
+        ah.ensure_present(helm, spec(), check_mode=False, diff_mode=False, validate=False)
+    assert "cannot reach the Kubernetes cluster (kubeconfig /lab/kubeconfig)" in err.value.msg
+    assert "connection refused" in err.value.msg and "connection refused" in err.value.stderr
+
+
+def test_absent_is_idempotent_and_uninstalls_when_present():
+    fake = FakeHelm()
+    helm = ah.Helm("/h", fake)
+    assert ah.ensure_absent(helm, "rel", "ns", check_mode=False, diff_mode=False, wait=True, timeout="1m") == {
+        "changed": False,
+        "status": "absent",
+        "objects": [],
+    }
+    fake = FakeHelm(release=deployed_release())
+    helm = ah.Helm("/h", fake)
+    checked = ah.ensure_absent(helm, "rel", "ns", check_mode=True, diff_mode=True, wait=True, timeout="1m")
+    assert checked["changed"] and "uninstall" not in fake.subcommands()
+    assert checked["diff"][1]["after"] == "" and "Deployment" in checked["diff"][1]["before"]
+    result = ah.ensure_absent(helm, "rel", "ns", check_mode=False, diff_mode=False, wait=True, timeout="1m")
+    assert result["changed"] and result["status"] == "uninstalled" and "uninstall" in fake.subcommands()
+
+
+# ---------------------------------------------------------------------------------------------------------- schema
+
+
+def test_schema_failure_names_field_value_and_constraint():
+    fake = FakeHelm()
+    with pytest.raises(ah.HelmError) as err:
+        present(fake, values={"replicas": 9, "mode": "mig", "bogus": 1})
+    msg = err.value.msg
+    assert "chart tiny-0.1.0's values.schema.json (3 problems)" in msg
+    assert "replicas: value 9 violates maximum: 5 (Number of Deployment replicas (0-5).)" in msg
+    assert 'mode: value "mig" violates enum: ["vgpu", "pgpu", "mps"]' in msg
+    assert "'bogus' was unexpected" in msg
+    # Nothing reached helm beyond the version probe.
+    assert fake.subcommands() == ["version"]
+
+
+def test_schema_paths_inside_arrays_and_required_fields():
+    schema = {
+        "type": "object",
+        "required": ["pools"],
+        "properties": {
+            "pools": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "required": ["name"],
+                    "properties": {
+                        "name": {"type": "string"},
+                        "gpus": {"type": "integer", "minimum": 1, "description": "GPUs per node"},
+                    },
+                },
+            }
+        },
+    }
+    lines = ah.schema_errors(schema, {"pools": [{"name": "a", "gpus": 1}, {"gpus": 0}]})
+    assert lines == [
+        "pools[1]: 'name' is a required property",
+        "pools[1].gpus: value 0 violates minimum: 1 (GPUs per node)",
+    ]
+    assert ah.schema_errors(schema, {}) == ["(root): 'pools' is a required property"]
+
+
+def test_chart_defaults_satisfy_schema_before_user_values():
+    local = ah.read_local_chart(str(TINY))
+    assert ah.schema_errors(local.schema, ah.coalesce(local.defaults, {})) == []
+    # A null removes a default, as helm's coalescing does.
+    assert "image" not in ah.coalesce(local.defaults, {"image": None})
+
+
+def test_packaged_chart_is_read(tmp_path):
+    import tarfile
+
+    archive = tmp_path / "tiny-0.1.0.tgz"
+    with tarfile.open(archive, "w:gz") as tar:
+        tar.add(TINY, arcname="tiny")
+    local = ah.read_local_chart(str(archive))
+    assert local.metadata["version"] == "0.1.0" and local.schema["additionalProperties"] is False
+
+
+# ---------------------------------------------------------------------------------------------------------- values
+
+
+def test_values_template_rendered_and_merged_under_values(tmp_path):
+    template = tmp_path / "values.yaml.j2"
+    template.write_text(
+        "replicas: {{ pools | length }}\n"
+        "nodeSelector:\n  pool: {{ pools[0] }}\n  zone: a\n"
+        "podLabels: {{ extra | to_json }}\n"
+    )
+    merged = ah.desired_values(
+        {"nodeSelector": {"zone": "b"}}, str(template), {"pools": ["p1", "p2"], "extra": {"x": "1"}}
+    )
+    assert merged == {"replicas": 2, "nodeSelector": {"pool": "p1", "zone": "b"}, "podLabels": {"x": "1"}}
+
+
+def test_values_template_undefined_variable_is_a_clear_error(tmp_path):
+    template = tmp_path / "values.yaml.j2"
+    template.write_text("replicas: {{ missing }}\n")
+    with pytest.raises(ah.HelmError, match=r"values_template .*values.yaml.j2.*'missing' is undefined"):
+        ah.desired_values({}, str(template), {})
+    template.write_text("- a list\n")
+    with pytest.raises(ah.HelmError, match="must render to a YAML mapping"):
+        ah.desired_values({}, str(template), {})
+
+
+def test_manifest_objects_namespaces():
+    manifest = MANIFEST_V1 + "---\napiVersion: v1\nkind: Namespace\nmetadata:\n  name: x\n"
+    manifest += "---\napiVersion: v1\nkind: Service\nmetadata:\n  name: s\n  namespace: other\n"
+    assert ah.manifest_objects(manifest, "ns") == [
+        {"kind": "ConfigMap", "name": "rel-tiny", "namespace": "ns"},
+        {"kind": "Deployment", "name": "rel-tiny", "namespace": "ns"},
+        {"kind": "Namespace", "name": "x", "namespace": None},
+        {"kind": "Service", "name": "s", "namespace": "other"},
+    ]
+
+
+# ---------------------------------------------------------------------------------------------------------- errors
+
+
+def test_helm_missing_is_explained(tmp_path, monkeypatch):
+    monkeypatch.setattr(ah, "TOOLCHAIN_BIN", str(tmp_path))
+    with pytest.raises(ah.HelmError, match=r"helm binary 'helm' not found on PATH nor in .*set helm_binary"):
+        ah.find_helm("helm", which=lambda _name: None)
+    with pytest.raises(ah.HelmError, match="does not exist or is not executable"):
+        ah.find_helm(str(tmp_path / "nohelm"))
+    cached = tmp_path / "helm4"
+    cached.write_text("#!/bin/sh\n")
+    cached.chmod(0o755)
+    assert ah.find_helm("helm4", which=lambda _name: None) == str(cached)
+
+
+@pytest.mark.parametrize(
+    ("stderr", "expected"),
+    [
+        (
+            'Error: Kubernetes cluster unreachable: Get "https://127.0.0.1:1/version": dial tcp: connection refused',
+            "cannot reach the Kubernetes cluster (kubeconfig /kc, context lab)",
+        ),
+        ('Error: context "lab" does not exist', "kube context 'lab' does not exist in kubeconfig /kc"),
+        (
+            "Error: UPGRADE FAILED: another operation (install/upgrade/rollback) is in progress",
+            "locked by another helm operation",
+        ),
+        ("Error: template: tiny/templates/x.yaml:3: bad", "x failed: Error: template: tiny/templates/x.yaml:3: bad"),
+        ("", "x failed: helm exited with rc 1 and no message"),
+    ],
+)
+def test_explain_failure(stderr, expected):
+    assert expected in ah.explain_failure("x", 1, stderr, "/kc", "lab")
+
+
+def test_diff_text_is_readable_yaml():
+    entries = ah.build_diff("rel", deployed(values={"a": {"b": 1}}), desired(values={"a": {"b": 2}, "c": [1]}))
+    text = ah.unified_diff(entries)
+    assert "--- rel values (revision 1)\n+++ rel values (desired)\n" in text
+    assert "-  b: 1\n+  b: 2\n" in text and "+c:\n+- 1\n" in text
+    assert entries[1]["before_header"] == "rel manifest (revision 1)"
+    assert "rel manifest" not in text  # identical manifests add no hunk
+    fresh = ah.build_diff("rel", None, desired())
+    assert fresh[0]["before"] == "" and fresh[1]["after"].startswith("---")

@@ -81,6 +81,7 @@ class MpsDaemon:
         base_dir: str | os.PathLike | None = None,
         start_timeout: float = 15.0,
         quit_timeout: float = 20.0,
+        kill_grace: float = 5.0,
         extra_env: dict[str, str] | None = None,
         keep_logs_in: str | os.PathLike | None = None,
     ):
@@ -88,6 +89,7 @@ class MpsDaemon:
         self.base_dir = base_dir
         self.start_timeout = start_timeout
         self.quit_timeout = quit_timeout
+        self.kill_grace = kill_grace
         self.extra_env = dict(extra_env or {})
         self.keep_logs_in = Path(keep_logs_in) if keep_logs_in else None
         self.root: Path | None = None
@@ -221,7 +223,7 @@ class MpsDaemon:
                     report["quit_error"] = str(exc)
             alive = procs.wait_gone(self.known, self.quit_timeout)
             if alive:
-                report["signalled"] = procs.terminate(alive)
+                report["signalled"] = procs.terminate(alive, self.kill_grace)
             # Anything still carrying our private pipe directory was spawned by this run and is a leftover.
             if self.root is not None:
                 for pid in procs.pids_with_env(PIPE_ENV, str(self.pipe_dir)):

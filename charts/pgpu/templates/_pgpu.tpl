@@ -1,0 +1,69 @@
+{{/* Checks that JSON schema cannot express; each message names the field, the value and what is allowed. */}}
+{{- define "pgpu.validate" -}}
+{{- if not (hasKey .Values.configs .Values.defaultConfig) -}}
+{{- fail (printf "defaultConfig=%q is not a key of configs; allowed: %s" .Values.defaultConfig (keys .Values.configs | sortAlpha | join ", ")) -}}
+{{- end -}}
+{{- if .Values.passthrough.enabled -}}
+{{- if not .Values.passthrough.pools -}}
+{{- fail "passthrough.enabled=true needs passthrough.pools: the pools whose GPUs are bound to vfio-pci" -}}
+{{- end -}}
+{{- range .Values.passthrough.pools -}}
+{{- if has . $.Values.pools -}}
+{{- fail (printf "passthrough.pools lists %q, which is also in pools: a pool's GPUs are either vfio-bound for VMs or driven by the NVIDIA driver, not both" .) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- if eq .Release.Namespace "default" -}}
+{{- fail "namespace \"default\" is not allowed: install into the kube-accel namespace (--namespace kube-accel)" -}}
+{{- end -}}
+{{- end -}}
+
+{{/* True when some config (or the global flags) needs CAP_SYS_ADMIN: MIG management or volume-mounts. */}}
+{{- define "pgpu.needsSysAdmin" -}}
+{{- $need := has "volume-mounts" .Values.deviceListStrategy -}}
+{{- range $name, $c := .Values.configs -}}
+{{- if or (ne $c.migStrategy "none") (has "volume-mounts" (default list $c.deviceListStrategy)) -}}{{- $need = true -}}{{- end -}}
+{{- end -}}
+{{- if $need }}true{{ end -}}
+{{- end -}}
+
+{{/* The device plugin's v1 config file for one named config. Call with (dict "root" $ "config" $c). */}}
+{{- define "pgpu.pluginConfig" -}}
+version: v1
+flags:
+  migStrategy: {{ .config.migStrategy }}
+  failOnInitError: {{ .root.Values.failOnInitError }}
+  nvidiaDriverRoot: {{ .root.Values.nvidiaDriverRoot | quote }}
+  plugin:
+    passDeviceSpecs: {{ .root.Values.compatWithCPUManager }}
+    deviceListStrategy: {{ default .root.Values.deviceListStrategy .config.deviceListStrategy | toJson }}
+    deviceIDStrategy: {{ default .root.Values.deviceIDStrategy .config.deviceIDStrategy }}
+{{- end -}}
+
+{{/* config-manager container env; .oneshot true for the init container, false for the sidecar. */}}
+{{- define "pgpu.configManagerEnv" -}}
+- name: ONESHOT
+  value: {{ .oneshot | quote }}
+- name: KUBECONFIG
+  value: ""
+- name: NODE_NAME
+  valueFrom:
+    fieldRef:
+      fieldPath: spec.nodeName
+- name: NODE_LABEL
+  value: {{ .root.Values.configLabel | quote }}
+- name: CONFIG_FILE_SRCDIR
+  value: /available-configs
+- name: CONFIG_FILE_DST
+  value: /config/config.yaml
+- name: DEFAULT_CONFIG
+  value: {{ .root.Values.defaultConfig | quote }}
+- name: FALLBACK_STRATEGIES
+  value: named
+- name: SEND_SIGNAL
+  value: {{ not .oneshot | quote }}
+- name: SIGNAL
+  value: {{ ternary "" "1" .oneshot | quote }}
+- name: PROCESS_TO_SIGNAL
+  value: {{ ternary "" .process .oneshot | quote }}
+{{- end -}}

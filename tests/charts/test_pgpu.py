@@ -1,0 +1,117 @@
+"""Key facts of the pgpu chart's objects."""
+
+from __future__ import annotations
+
+import accel_constants
+import yaml
+from chartlib import VALUES_DIR, container, env, host_paths, mounts, one, pod_spec, render, rules, selected_pools
+
+POOL = accel_constants.LABELS["pool"]
+
+
+def test_default_release(helm):
+    objs = render("pgpu", [VALUES_DIR / "pgpu" / "default.yaml"], helm=helm)
+    ds = one(objs, "DaemonSet", "kube-accel-pgpu-device-plugin")
+    assert ds["metadata"]["name"] == "kube-accel-pgpu-device-plugin"
+    spec = pod_spec(ds)
+    assert selected_pools(spec, POOL) == {"pgpu", "mig"}
+    assert spec["shareProcessNamespace"] is True
+    plugin = container(ds, "nvidia-device-plugin")
+    assert plugin["command"] == ["nvidia-device-plugin"]
+    assert env(plugin)["CONFIG_FILE"] == "/config/config.yaml"
+    # The default configs include MIG ones, so MIG monitoring and SYS_ADMIN are on, privileged is not.
+    assert env(plugin)["NVIDIA_MIG_MONITOR_DEVICES"] == "all"
+    assert plugin["securityContext"]["capabilities"] == {"drop": ["ALL"], "add": ["SYS_ADMIN"]}
+    assert "privileged" not in plugin["securityContext"]
+    assert mounts(plugin) == {
+        "/var/lib/kubelet/device-plugins": "device-plugin",
+        "/driver-root": "driver-root",
+        "/var/run/cdi": "cdi-root",
+        "/config": "config",
+    }
+    assert host_paths(spec) == {
+        "device-plugin": "/var/lib/kubelet/device-plugins",
+        "driver-root": "/",
+        "cdi-root": "/var/run/cdi",
+    }
+    for name, oneshot in (("config-manager-init", "true"), ("config-manager", "false")):
+        cm = env(container(ds, name))
+        assert cm["NODE_LABEL"] == accel_constants.UPSTREAM_LABELS["device_plugin_config"]
+        assert cm["DEFAULT_CONFIG"] == "exclusive"
+        assert cm["ONESHOT"] == oneshot
+    assert env(container(ds, "config-manager"))["PROCESS_TO_SIGNAL"] == "nvidia-device-plugin"
+    # Only GFD / passthrough are optional.
+    names = {o["metadata"]["name"] for o in objs if o["kind"] == "DaemonSet"}
+    assert names == {"kube-accel-pgpu-device-plugin"}
+
+    configs = one(objs, "ConfigMap", "-configs")["data"]
+    assert set(configs) == {"exclusive", "mig-mixed", "mig-single"}
+    parsed = {k: yaml.safe_load(v) for k, v in configs.items()}
+    assert parsed["exclusive"]["flags"]["migStrategy"] == "none"
+    assert parsed["mig-mixed"]["flags"]["migStrategy"] == "mixed"
+    for cfg in parsed.values():
+        assert cfg["version"] == "v1"
+        assert "sharing" not in cfg, "pgpu hands out whole GPUs: no time-slicing or MPS"
+        assert cfg["flags"]["plugin"]["deviceListStrategy"] == ["envvar"]
+
+    role = one(objs, "ClusterRole", "kube-accel-pgpu")
+    assert rules(role) == {("", "nodes"): {"get", "list", "watch"}}
+
+    job = one(objs, "Job", "-test")
+    assert job["metadata"]["annotations"]["helm.sh/hook"] == "test"
+    res = container(job, "nvidia-smi")["resources"]
+    assert res["limits"]["nvidia.com/gpu"] == 1 == res["requests"]["nvidia.com/gpu"]
+    assert selected_pools(pod_spec(job), POOL) == {"pgpu", "mig"}
+
+
+def test_exclusive_only_drops_sys_admin(helm, tmp_path):
+    values = tmp_path / "v.yaml"
+    # Helm merges maps with the defaults: null removes the default MIG configs.
+    values.write_text("configs: {exclusive: {migStrategy: none}, mig-mixed: null, mig-single: null}\n")
+    ds = one(render("pgpu", [values], helm=helm), "DaemonSet", "kube-accel-pgpu-device-plugin")
+    plugin = container(ds, "nvidia-device-plugin")
+    assert plugin["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+    assert "NVIDIA_MIG_MONITOR_DEVICES" not in env(plugin)
+
+
+def test_cdi_and_driver_root(helm):
+    objs = render("pgpu", [VALUES_DIR / "pgpu" / "mig-cdi.yaml"], helm=helm)
+    configs = {k: yaml.safe_load(v) for k, v in one(objs, "ConfigMap", "-configs")["data"].items()}
+    assert configs["mig-mixed"]["flags"]["plugin"]["deviceListStrategy"] == ["cdi-cri"]
+    assert configs["mig-single"]["flags"]["plugin"]["deviceListStrategy"] == ["cdi-annotations", "envvar"]
+    assert configs["mig-mixed"]["flags"]["plugin"]["deviceIDStrategy"] == "index"
+    assert configs["exclusive"]["flags"]["nvidiaDriverRoot"] == "/run/nvidia/driver"
+    ds = one(objs, "DaemonSet", "kube-accel-pgpu-device-plugin")
+    assert host_paths(pod_spec(ds))["driver-root"] == "/run/nvidia/driver"
+    assert env(container(ds, "config-manager"))["DEFAULT_CONFIG"] == "mig-mixed"
+
+
+def test_full_options(helm):
+    objs = render("pgpu", [VALUES_DIR / "pgpu" / "full.yaml"], helm=helm)
+    ds = one(objs, "DaemonSet", "kube-accel-pgpu-device-plugin")
+    plugin = container(ds, "nvidia-device-plugin")
+    assert plugin["securityContext"] == {"privileged": True}
+    assert env(plugin)["PASS_DEVICE_SPECS"] == "true"
+    assert plugin["image"] == (
+        "registry.dc1.example.net/mirror/nvidia/k8s-device-plugin@sha256:"
+        "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+    )
+    assert pod_spec(ds)["priorityClassName"] == "system-cluster-critical"
+    gfd = one(objs, "DaemonSet", "-gpu-feature-discovery")
+    assert env(container(gfd, "gpu-feature-discovery"))["GFD_SLEEP_INTERVAL"] == "120s"
+    assert host_paths(pod_spec(gfd))["output-dir"] == "/etc/kubernetes/node-feature-discovery/features.d"
+    sandbox = one(objs, "DaemonSet", "-sandbox-device-plugin")
+    assert selected_pools(pod_spec(sandbox), POOL) == {"vm-passthrough"}
+    assert selected_pools(pod_spec(ds), POOL) == {"train-pgpu", "mig"}
+    assert container(sandbox, "sandbox-device-plugin")["image"] == (
+        "registry.dc1.example.net/mirror/nvidia/kubevirt-gpu-device-plugin:v1.6.0"
+    )
+    assert host_paths(pod_spec(sandbox))["vfio"] == "/dev/vfio"
+
+
+def test_network_policies_deny_ingress(helm):
+    objs = render("pgpu", [VALUES_DIR / "pgpu" / "full.yaml"], helm=helm)
+    pols = [o for o in objs if o["kind"] == "NetworkPolicy"]
+    assert len(pols) == 4
+    for pol in pols:
+        assert pol["spec"]["policyTypes"] == ["Ingress"] and pol["spec"]["ingress"] == []

@@ -1,0 +1,91 @@
+"""Render every chart over its values matrix and check what must hold for every object of every chart."""
+
+from __future__ import annotations
+
+import accel_constants
+import kubernetes_validate
+import pytest
+import yaml
+from chartlib import (
+    CHARTS,
+    KUBE_VERSIONS,
+    NAMESPACE,
+    containers,
+    pod_spec,
+    render,
+    selected_pools,
+    values_files,
+)
+
+CASES = [pytest.param(c, v, id=f"{c}-{v.stem}") for c in CHARTS for v in values_files(c)]
+CLUSTER_SCOPED = {"ClusterRole", "ClusterRoleBinding", "MutatingWebhookConfiguration", "PriorityClass"}
+# Objects of CRDs kubernetes-validate has no schema for; each is validated by the test that renders it.
+CRD_API_GROUPS = {"cert-manager.io"}
+LABEL_KEYS = {
+    "app.kubernetes.io/name",
+    "app.kubernetes.io/instance",
+    "app.kubernetes.io/version",
+    "app.kubernetes.io/component",
+    "app.kubernetes.io/part-of",
+    "app.kubernetes.io/managed-by",
+    "helm.sh/chart",
+}
+
+
+def test_matrix_covers_every_chart():
+    for chart in CHARTS:
+        assert len(values_files(chart)) >= 2, f"tests/charts/values/{chart} needs a values matrix"
+
+
+@pytest.mark.parametrize("kube_version", KUBE_VERSIONS)
+@pytest.mark.parametrize(("chart", "values"), CASES)
+def test_objects_validate_strict(helm, chart, values, kube_version):
+    objs = render(chart, [values], kube_version, helm=helm)
+    assert objs, "chart rendered nothing"
+    for obj in objs:
+        group = obj["apiVersion"].split("/")[0]
+        if group in CRD_API_GROUPS:
+            continue
+        try:
+            kubernetes_validate.validate(obj, kube_version, strict=True)
+        except kubernetes_validate.ValidationError as err:
+            pytest.fail(f"{obj['kind']}/{obj['metadata']['name']} invalid for Kubernetes {kube_version}: {err.message}")
+
+
+@pytest.mark.parametrize(("chart", "values"), CASES)
+def test_common_facts(helm, chart, values):
+    vals = yaml.safe_load(values.read_text()) or {}
+    registry = (vals.get("global") or {}).get("imageRegistry")
+    pull_secrets = (vals.get("global") or {}).get("imagePullSecrets")
+    pools = set(vals.get("pools") or [])
+    for obj in render(chart, [values], helm=helm):
+        what = f"{obj['kind']}/{obj['metadata']['name']}"
+        labels = obj["metadata"].get("labels", {})
+        assert labels.keys() >= LABEL_KEYS, f"{what} lacks labels {LABEL_KEYS - labels.keys()}"
+        assert labels["app.kubernetes.io/part-of"] == "kube-accel"
+        if obj["kind"] not in CLUSTER_SCOPED:
+            assert obj["metadata"].get("namespace") == NAMESPACE, f"{what} is not in the release namespace"
+        spec = pod_spec(obj)
+        if spec is None:
+            continue
+        assert spec["securityContext"]["seccompProfile"]["type"] == "RuntimeDefault", what
+        for c in containers(spec):
+            res = c.get("resources", {})
+            assert {"cpu", "memory"} <= res.get("requests", {}).keys(), f"{what}/{c['name']} lacks requests"
+            assert "memory" in res.get("limits", {}), f"{what}/{c['name']} lacks a memory limit"
+            if registry:
+                assert c["image"].startswith(registry + "/"), f"{what}/{c['name']} bypasses the mirror: {c['image']}"
+            assert ":" in c["image"].rsplit("/", 1)[-1] or "@sha256:" in c["image"], f"unpinned image {c['image']}"
+            sc = c.get("securityContext", {})
+            if not sc.get("privileged"):
+                assert sc.get("allowPrivilegeEscalation") is False, f"{what}/{c['name']} may escalate privileges"
+                assert "ALL" in sc.get("capabilities", {}).get("drop", []), f"{what}/{c['name']} keeps capabilities"
+        if pull_secrets:
+            assert [s["name"] for s in spec.get("imagePullSecrets", [])] == pull_secrets, what
+        # Node-level and test pods of the release land only on the release's pools (or passthrough pools).
+        if obj["kind"] in ("DaemonSet", "Job") and pools and "affinity" in spec:
+            got = selected_pools(spec, accel_constants.LABELS["pool"])
+            passthrough = set(((vals.get("passthrough") or {}).get("pools")) or [])
+            assert got in (pools, passthrough), f"{what} selects pools {got}, values say {pools}"
+        if obj["kind"] == "DaemonSet":
+            assert "affinity" in spec, f"{what} has no pool affinity"

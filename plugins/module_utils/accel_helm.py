@@ -99,9 +99,7 @@ def find_helm(binary: str, which: Callable[[str], str | None] = shutil.which) ->
         path = os.path.expanduser(binary)
         if os.path.isfile(path) and os.access(path, os.X_OK):
             return path
-        raise HelmError(
-            f"helm binary {binary!r} does not exist or is not executable; set helm_binary to a helm 3 or 4"
-        )
+        raise HelmError(f"helm binary {binary!r} does not exist or is not executable; set helm_binary to a helm 3 or 4")
     found = which(binary)
     if found:
         return found
@@ -167,12 +165,8 @@ def render_values_template(path: str, variables: dict) -> dict:
     except OSError as exc:
         raise HelmError(f"cannot read values_template {path}: {exc.strerror}") from None
     env = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True, autoescape=False)
-    env.filters["to_yaml"] = lambda v: (
-        yaml.safe_dump(v, default_flow_style=True).rstrip("\n").removesuffix("...")
-    )
-    env.filters["to_nice_yaml"] = lambda v, indent=2: yaml.safe_dump(
-        v, default_flow_style=False, indent=indent
-    )
+    env.filters["to_yaml"] = lambda v: yaml.safe_dump(v, default_flow_style=True).rstrip("\n").removesuffix("...")
+    env.filters["to_nice_yaml"] = lambda v, indent=2: yaml.safe_dump(v, default_flow_style=False, indent=indent)
     env.filters["to_json"] = lambda v: json.dumps(v, sort_keys=True)
     try:
         text = env.from_string(source).render(**variables)
@@ -210,6 +204,33 @@ def _short(value: Any, limit: int = 80) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
+# How each common JSON Schema keyword reads after the offending value.
+_CONSTRAINTS = {
+    "enum": "is not one of the allowed values {}",
+    "const": "is not the required value {}",
+    "type": "is not of type {}",
+    "minimum": "is below the minimum {}",
+    "maximum": "is above the maximum {}",
+    "exclusiveMinimum": "must be greater than {}",
+    "exclusiveMaximum": "must be less than {}",
+    "pattern": "does not match the pattern {}",
+    "minLength": "is shorter than the minimum length {}",
+    "maxLength": "is longer than the maximum length {}",
+    "minItems": "has fewer items than the minimum {}",
+    "maxItems": "has more items than the maximum {}",
+    "uniqueItems": "has duplicate items",
+    "multipleOf": "is not a multiple of {}",
+    "format": "is not a valid {}",
+}
+
+
+def _constraint(err: Any) -> str:
+    phrase = _CONSTRAINTS.get(err.validator)
+    if phrase is None:
+        return f"violates {err.validator}: {_short(err.validator_value)}"
+    return phrase.format(_short(err.validator_value))
+
+
 def schema_errors(schema: dict, values: dict) -> list[str]:
     """One readable line per violation: field path, bad value, the constraint and the schema's description."""
     import jsonschema
@@ -220,11 +241,8 @@ def schema_errors(schema: dict, values: dict) -> list[str]:
     except jsonschema.SchemaError as exc:
         return [f"the chart's values.schema.json is itself invalid: {exc.message}"]
     lines = []
-    for err in sorted(
-        cls(schema).iter_errors(values), key=lambda e: (list(map(str, e.absolute_path)), e.validator)
-    ):
-        constraint = f"{err.validator}: {_short(err.validator_value)}"
-        line = f"{_json_path(list(err.absolute_path))}: value {_short(err.instance)} violates {constraint}"
+    for err in sorted(cls(schema).iter_errors(values), key=lambda e: (list(map(str, e.absolute_path)), e.validator)):
+        line = f"{_json_path(list(err.absolute_path))}: {_short(err.instance)} {_constraint(err)}"
         if err.validator in ("required", "additionalProperties", "dependentRequired", "propertyNames"):
             # The bad value is the whole parent object; jsonschema's own message names the key at fault.
             line = f"{_json_path(list(err.absolute_path))}: {err.message}"
@@ -360,9 +378,7 @@ class Decision:
 def decide(desired: Desired, deployed: Deployed | None) -> Decision:
     """Would ``helm upgrade`` change anything? Reasons say what, in words, for check mode and logs."""
     if deployed is None:
-        return Decision(
-            True, [f"release not installed: would install {desired.chart_name}-{desired.chart_version}"]
-        )
+        return Decision(True, [f"release not installed: would install {desired.chart_name}-{desired.chart_version}"])
     reasons = []
     if deployed.status != "deployed":
         reasons.append(f"release status is {deployed.status!r}, not 'deployed'")
@@ -467,18 +483,23 @@ def explain_failure(action: str, rc: int, stderr: str, kubeconfig: str | None, c
 
 
 def explain_rollout_failure(
-    name: str, stderr: str, atomic: bool, timeout: str, rolled_back_to: int | None
+    name: str, stderr: str, atomic: bool, timeout: str, before: Deployed | None, after: Deployed | None
 ) -> str:
+    """Why an upgrade failed and, with atomic, where the release stands now (read back after the failure)."""
     text = (stderr or "").strip()
     low = text.lower()
     timed_out = any(s in low for s in ("timed out", "context deadline exceeded", "deadline exceeded"))
     cause = f"its resources did not become ready within {timeout}" if timed_out else "helm reported an error"
-    msg = f"helm upgrade of release {name!r} failed: {cause}"
+    verb = "upgrade" if before is not None else "install"
+    msg = f"helm {verb} of release {name!r} failed: {cause}"
     if atomic:
-        if rolled_back_to is not None:
-            msg += f"; rolled back automatically, revision {rolled_back_to} is deployed again"
+        if before is None and after is None:
+            msg += "; the failed install was removed automatically"
+        elif before is not None and after is not None and after.status == "deployed":
+            msg += f"; rolled back automatically, revision {after.revision} is deployed again"
         else:
-            msg += "; automatic rollback was requested (check `helm history`)"
+            status = f"revision {after.revision} is {after.status}" if after else "state unknown"
+            msg += f"; automatic rollback did not restore a deployed revision ({status}, see `helm history`)"
     lines = text.splitlines()
     return msg + (f". helm said: {lines[-1]}" if lines else "")
 
@@ -511,9 +532,7 @@ class Helm:
         self.version = self._detect_version()
         self.major = self.version[0]
         if self.major not in (3, 4):
-            raise HelmError(
-                f"helm {'.'.join(map(str, self.version))} at {binary} is not supported: use helm 3 or 4"
-            )
+            raise HelmError(f"helm {'.'.join(map(str, self.version))} at {binary} is not supported: use helm 3 or 4")
 
     # -- process plumbing
     def _detect_version(self) -> tuple[int, int, int]:
@@ -523,9 +542,7 @@ class Helm:
         except OSError as exc:  # not executable, wrong arch...
             raise HelmError(f"cannot run helm at {self.binary}: {exc}", command=argv) from None
         if rc != 0:
-            raise HelmError(
-                f"`helm version` failed at {self.binary}: {(err or out).strip()}", stderr=err, command=argv
-            )
+            raise HelmError(f"`helm version` failed at {self.binary}: {(err or out).strip()}", stderr=err, command=argv)
         return parse_helm_version(out)
 
     def cluster_flags(self, namespace: str) -> list[str]:
@@ -542,9 +559,7 @@ class Helm:
     def call(self, argv: list[str], action: str) -> str:
         rc, out, err = self._run(argv)
         if rc != 0:
-            raise HelmError(
-                explain_failure(action, rc, err, self.kubeconfig, self.context), stderr=err, command=argv
-            )
+            raise HelmError(explain_failure(action, rc, err, self.kubeconfig, self.context), stderr=err, command=argv)
         return out
 
     # -- argv builders (pure)
@@ -643,9 +658,7 @@ def _parse_json(text: str, argv: Sequence[str]) -> Any:
     try:
         return json.loads(text) if text.strip() else None
     except json.JSONDecodeError as exc:
-        raise HelmError(
-            f"unexpected output from `{' '.join(argv[1:3])}` (not JSON: {exc})", command=argv
-        ) from None
+        raise HelmError(f"unexpected output from `{' '.join(argv[1:3])}` (not JSON: {exc})", command=argv) from None
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -682,9 +695,7 @@ def validate_values(helm: Helm, spec: ReleaseSpec) -> None:
         )
 
 
-def ensure_present(
-    helm: Helm, spec: ReleaseSpec, *, check_mode: bool, diff_mode: bool, validate: bool
-) -> dict:
+def ensure_present(helm: Helm, spec: ReleaseSpec, *, check_mode: bool, diff_mode: bool, validate: bool) -> dict:
     """Install or upgrade only when the desired release differs from the deployed one."""
     if validate:
         validate_values(helm, spec)
@@ -730,14 +741,9 @@ def ensure_present(
         if rc != 0:
             after = _safe_deployed(helm, spec)
             if any(fragment in (err or "").lower() for fragment in _UNREACHABLE):
-                msg = explain_failure(
-                    f"helm upgrade of release {spec.name!r}", rc, err, helm.kubeconfig, helm.context
-                )
+                msg = explain_failure(f"helm upgrade of release {spec.name!r}", rc, err, helm.kubeconfig, helm.context)
             else:
-                back = (
-                    after.revision if after is not None and after.status == "deployed" and deployed else None
-                )
-                msg = explain_rollout_failure(spec.name, err, spec.atomic, spec.timeout, back)
+                msg = explain_rollout_failure(spec.name, err, spec.atomic, spec.timeout, deployed, after)
             raise HelmError(
                 msg,
                 stderr=err,

@@ -342,8 +342,8 @@ def test_schema_failure_names_field_value_and_constraint():
         present(fake, values={"replicas": 9, "mode": "mig", "bogus": 1})
     msg = err.value.msg
     assert "chart tiny-0.1.0's values.schema.json (3 problems)" in msg
-    assert "replicas: value 9 violates maximum: 5 (Number of Deployment replicas (0-5).)" in msg
-    assert 'mode: value "mig" violates enum: ["vgpu", "pgpu", "mps"]' in msg
+    assert "replicas: 9 is above the maximum 5 (Number of Deployment replicas (0-5).)" in msg
+    assert 'mode: "mig" is not one of the allowed values ["vgpu", "pgpu", "mps"]' in msg
     assert "'bogus' was unexpected" in msg
     # Nothing reached helm beyond the version probe.
     assert fake.subcommands() == ["version"]
@@ -370,7 +370,7 @@ def test_schema_paths_inside_arrays_and_required_fields():
     lines = ah.schema_errors(schema, {"pools": [{"name": "a", "gpus": 1}, {"gpus": 0}]})
     assert lines == [
         "pools[1]: 'name' is a required property",
-        "pools[1].gpus: value 0 violates minimum: 1 (GPUs per node)",
+        "pools[1].gpus: 0 is below the minimum 1 (GPUs per node)",
     ]
     assert ah.schema_errors(schema, {}) == ["(root): 'pools' is a required property"]
 
@@ -473,3 +473,18 @@ def test_diff_text_is_readable_yaml():
     assert "rel manifest" not in text  # identical manifests add no hunk
     fresh = ah.build_diff("rel", None, desired())
     assert fresh[0]["before"] == "" and fresh[1]["after"].startswith("---")
+
+
+def test_rollout_failure_says_where_the_release_stands():
+    timeout_err = "Error: UPGRADE FAILED: context deadline exceeded"
+    rolled = ah.explain_rollout_failure("rel", timeout_err, True, "20s", deployed(), deployed(revision=3))
+    assert rolled == (
+        "helm upgrade of release 'rel' failed: its resources did not become ready within 20s; rolled back "
+        "automatically, revision 3 is deployed again. helm said: Error: UPGRADE FAILED: context deadline exceeded"
+    )
+    removed = ah.explain_rollout_failure("rel", "Error: INSTALLATION FAILED: boom", True, "1m", None, None)
+    assert removed.startswith("helm install of release 'rel' failed: helm reported an error; the failed install")
+    stuck = ah.explain_rollout_failure("rel", "x", True, "1m", deployed(), deployed(revision=2, status="failed"))
+    assert "did not restore a deployed revision (revision 2 is failed" in stuck
+    plain = ah.explain_rollout_failure("rel", "x", False, "1m", deployed(), deployed(revision=2, status="failed"))
+    assert "rolled back" not in plain and "rollback" not in plain

@@ -42,14 +42,27 @@ def _alias_module_utils(module_utils: Path) -> None:
 
 
 def load_facts_module(repo: Path | None = None):
-    """Import plugins/module_utils/accel_gpu_facts.py by path; None when the checkout has no such file."""
+    """Import plugins/module_utils/accel_gpu_facts.py by path; None when the checkout has no such file.
+
+    Loaded under a private module name so that it is exactly this file, even when another copy of the facts
+    module was imported earlier in the same interpreter (tests, an installed collection).
+    """
     repo = repo or default_repo()
     module_utils = repo / "plugins" / "module_utils"
     path = module_utils / f"{FACTS_MODULE}.py"
     if not path.is_file():
         return None
     _alias_module_utils(module_utils)
-    return importlib.import_module(FACTS_MODULE)
+    name = f"_kube_accel_gpucheck_{FACTS_MODULE}"
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses and typing resolve names through sys.modules
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        sys.modules.pop(name, None)
+        raise
+    return module
 
 
 def facts_entry_point(module, name: str | None = None):

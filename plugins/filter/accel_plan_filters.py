@@ -1,0 +1,80 @@
+# Copyright: kube-accel contributors
+# Apache License 2.0
+"""Jinja filters for the preflight plan rules and MIG geometry (logic lives in plugins/module_utils)."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from ansible.errors import AnsibleFilterError
+
+# Controller-side plugins cannot import custom module_utils by the ansible.module_utils name; load by path.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "module_utils"))
+import accel_mig  # noqa: E402
+import accel_plan  # noqa: E402
+
+
+def _plain(value):
+    """Copy Ansible's (possibly lazy or tagged) containers into plain dicts/lists."""
+    if isinstance(value, dict) or hasattr(value, "items"):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+def accel_plan_problems(settings, host, facts=None, inventory_export=None, spec_errors=None):
+    """``settings | accel_plan_problems(inventory_hostname, nvidia_gpus, export, spec_errors)`` -> list."""
+    pools = accel_plan.pool_memberships(_plain(inventory_export), str(host)) if inventory_export else None
+    problems = accel_plan.host_problems(str(host), _plain(settings), _plain(facts or {}), pools)
+    return accel_plan.merge_spec_errors(str(host), problems, _plain(spec_errors or []))
+
+
+def accel_pool_memberships(inventory_export, host):
+    """Pool groups (children of gpu_pools) holding the host, from ``ansible-inventory --list --export``."""
+    return accel_plan.pool_memberships(_plain(inventory_export), str(host))
+
+
+def accel_vcuda_core_problems(value, where="tencent.com/vcuda-core"):
+    """``request | accel_vcuda_core_problems`` -> [] when a vcuda-core request is valid."""
+    return accel_plan.vcuda_core_problems(value, str(where))
+
+
+def accel_mig_geometry_problems(geometry, pci_device_id, where="accel_mig_geometry"):
+    """``accel_mig_geometry | accel_mig_geometry_problems(gpu.pci_device_id)`` -> list of problems."""
+    return accel_mig.geometry_problems(str(pci_device_id), _plain(geometry), str(where))
+
+
+def accel_mig_placement(geometry, pci_device_id):
+    """A legal placement ``[[profile, start slice], ...]`` in creation order (largest first), or ``None``."""
+    model = accel_mig.model_for_device(str(pci_device_id))
+    if model is None or accel_mig.geometry_problems(str(pci_device_id), _plain(geometry)):
+        return None
+    return [list(item) for item in accel_mig.find_placement(model, _plain(geometry))]
+
+
+def accel_mig_config_name(pool):
+    """``accel_pool | accel_mig_config_name`` -> ``kube-accel-<pool>`` (mig-parted config, nvidia.com/mig.config)."""
+    return accel_mig.mig_config_name(str(pool))
+
+
+def accel_mig_parted_config(geometries, device_ids=None):
+    """``{config: geometry} | accel_mig_parted_config`` -> mig-parted ``version: v1`` document (a dict)."""
+    try:
+        return accel_mig.mig_parted_config(_plain(geometries), _plain(device_ids) if device_ids else None)
+    except ValueError as exc:
+        raise AnsibleFilterError(str(exc)) from exc
+
+
+class FilterModule:
+    def filters(self):
+        return {
+            "accel_plan_problems": accel_plan_problems,
+            "accel_pool_memberships": accel_pool_memberships,
+            "accel_vcuda_core_problems": accel_vcuda_core_problems,
+            "accel_mig_geometry_problems": accel_mig_geometry_problems,
+            "accel_mig_placement": accel_mig_placement,
+            "accel_mig_config_name": accel_mig_config_name,
+            "accel_mig_parted_config": accel_mig_parted_config,
+        }

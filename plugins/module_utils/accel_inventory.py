@@ -1,0 +1,113 @@
+# Copyright: kube-accel contributors
+# Apache License 2.0
+"""The inventory model: every ``accel_*`` variable kube-accel reads, with its scope, type and meaning.
+
+``VARIABLES`` is the one list of known variables. The preflight reports any other ``accel_*`` name as a typo (with
+a "did you mean"), the preflight role's ``meta/argument_specs.yml`` is checked against ``argument_spec()`` by the
+unit tests, and the README's variable table can be rendered from ``VARIABLES``.
+
+Each entry: ``scope`` (``cluster``: group_vars/all; ``pool``: a pool group under ``gpu_pools``; ``lab``: the local
+lab only), ``type`` (Ansible argument-spec type), optional ``choices`` / ``elements``, and ``description``.
+"""
+
+from __future__ import annotations
+
+import difflib
+
+try:
+    from ansible.module_utils.accel_constants import MODES, VGPU_BACKENDS
+except ImportError:  # controller-side filters load module_utils by path
+    from accel_constants import MODES, VGPU_BACKENDS
+
+
+def _var(scope, type_, description, **extra):
+    entry = {"scope": scope, "type": type_, "description": description}
+    entry.update(extra)
+    return entry
+
+
+VARIABLES: dict[str, dict] = {
+    # Cluster-wide (group_vars/all).
+    "accel_kubeconfig": _var("cluster", "path", "Kubeconfig used to reach the cluster's API server."),
+    "accel_kube_context": _var("cluster", "str", "Kubeconfig context; empty uses the current context."),
+    "accel_kubernetes_version": _var("cluster", "str",
+                                     "Kubernetes minor version of the cluster (e.g. \"1.36\"); pGPU NUMA "
+                                     "alignment needs 1.25 or newer."),
+    "accel_namespace": _var("cluster", "str", "Namespace for kube-accel's charts."),
+    "accel_image_registry": _var("cluster", "str", "Registry mirror prefix for every image; empty = upstream."),
+    "accel_image_pull_secrets": _var("cluster", "list", "Image pull secret names for the charts.",
+                                     elements="str"),
+    "accel_reboot_policy": _var("cluster", "str", "\"auto\" cordons, drains, reboots and uncordons in batches; "
+                                "\"defer\" only reports hosts that need a reboot.", choices=["auto", "defer"]),
+    "accel_reboot_serial": _var("cluster", "raw", "Reboot batch size: a host count or a percentage (\"20%\")."),
+    "accel_reboot_max_fail_percentage": _var("cluster", "int", "Abort reboots when more than this share of a "
+                                             "batch fails."),
+    "accel_gpu_operator_enabled": _var("cluster", "bool", "Deploy the NVIDIA GPU Operator (MIG manager, DCGM "
+                                       "exporter)."),
+    "accel_gpu_operator_chart": _var("cluster", "str", "GPU Operator chart repository URL or path."),
+    "accel_gpu_operator_chart_version": _var("cluster", "str", "GPU Operator chart version."),
+    "accel_gpu_operator_service_monitor": _var("cluster", "bool", "Create a Prometheus ServiceMonitor for the "
+                                               "DCGM exporter."),
+    # Per pool (group_vars of a group under gpu_pools).
+    "accel_pool": _var("pool", "str", "Pool name; becomes the kube-accel.io/pool node label."),
+    "accel_mode": _var("pool", "str", "GPU sharing mode of the pool's nodes.", choices=list(MODES)),
+    "accel_vgpu_backend": _var("pool", "str", "vGPU implementation (mode vgpu). gpu-manager needs a CUDA 11.x "
+                               "driver.", choices=list(VGPU_BACKENDS)),
+    "accel_vgpu_split_count": _var("pool", "int", "HAMi: tasks that may share one GPU."),
+    "accel_vgpu_memory_scaling": _var("pool", "float", "HAMi: device memory oversubscription factor."),
+    "accel_vgpu_core_scaling": _var("pool", "float", "HAMi: core oversubscription factor."),
+    "accel_vgpu_scheduler_policy": _var("pool", "str", "HAMi GPU scheduling policy.",
+                                        choices=["binpack", "spread"]),
+    "accel_mps_replicas": _var("pool", "int", "MPS: clients per GPU (2..48, Volta or newer)."),
+    "accel_mig_strategy": _var("pool", "str", "Device plugin MIG strategy (mode pgpu only).",
+                               choices=["none", "single", "mixed"]),
+    "accel_mig_owner": _var("pool", "str", "Who applies the MIG geometry: the GPU Operator's mig-manager or the "
+                            "host (systemd + mig-parted).", choices=["operator", "host"]),
+    "accel_mig_geometry": _var("pool", "dict", "MIG profile -> count, per GPU; checked against the GPU model's "
+                               "placement rules."),
+    "accel_driver_branch": _var("pool", "str", "NVIDIA driver branch, e.g. \"550\"."),
+    "accel_driver_source": _var("pool", "str", "Where the driver packages come from.",
+                                choices=["distro", "cuda-repo"]),
+    "accel_driver_repo_url": _var("pool", "str", "CUDA repository (or mirror) URL for driver_source cuda-repo."),
+    "accel_container_runtime": _var("pool", "str", "Container runtime configured for the NVIDIA runtime.",
+                                    choices=["containerd", "crio", "docker"]),
+    "accel_iommu": _var("pool", "bool", "Enable the IOMMU on the kernel command line."),
+    "accel_sriov_numvfs": _var("pool", "int", "SR-IOV virtual functions per GPU (0 = off); at most the GPU's "
+                               "sriov_totalvfs."),
+    "accel_vfio_passthrough": _var("pool", "bool", "Bind the GPUs to vfio-pci for VM passthrough (needs the "
+                                   "IOMMU)."),
+    "accel_vfio_pci_ids": _var("pool", "list", "PCI vendor:device IDs bound to vfio-pci, \"vvvv:dddd\".",
+                               elements="str"),
+    "accel_numa_policy": _var("pool", "str", "kubelet Topology Manager policy for the pool's nodes.",
+                              choices=["none", "single-numa-node", "restricted", "best-effort"]),
+    "accel_node_taint": _var("pool", "bool", "Taint the pool's nodes so only GPU workloads land there."),
+    # Lab only.
+    "accel_lab": _var("lab", "bool", "The hosts are lab containers without GPUs."),
+    "accel_lab_gpu": _var("lab", "str", "Name of the NVML snapshot (tests/data/nvml/<name>.json) a lab host "
+                          "pretends to have."),
+    "accel_nvml_snapshot": _var("lab", "path", "Path of an NVML snapshot JSON used instead of real NVML "
+                                "(GPU-less lab and test hosts)."),
+}
+
+
+def argument_spec(scopes=("cluster", "pool", "lab")) -> dict:
+    """Ansible argument-spec options for the variables of the given scopes (none required)."""
+    spec = {}
+    for name, entry in VARIABLES.items():
+        if entry["scope"] not in scopes:
+            continue
+        option = {"type": entry["type"], "required": False, "description": entry["description"]}
+        for key in ("choices", "elements"):
+            if key in entry:
+                option[key] = entry[key]
+        spec[name] = option
+    return spec
+
+
+def did_you_mean(name: str, candidates=None) -> str | None:
+    """Closest known variable to a misspelt one, or ``None``."""
+    pool = list(candidates if candidates is not None else VARIABLES)
+    match = difflib.get_close_matches(name, pool, n=1, cutoff=0.6)
+    if not match and not name.startswith("accel_"):
+        match = difflib.get_close_matches(f"accel_{name}", pool, n=1, cutoff=0.6)
+    return match[0] if match else None

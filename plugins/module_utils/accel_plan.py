@@ -1,0 +1,372 @@
+# Copyright: kube-accel contributors
+# Apache License 2.0
+"""Plan rules: pure functions that list every problem with a host's plan before anything changes.
+
+Public API (the preflight role reaches it through the ``accel_plan_problems`` filter):
+
+- ``host_problems(host, settings, facts=None, pools=None) -> list[str]``: all problems of one host. ``settings``
+  are the host's ``accel_*`` variables, ``facts`` its ``nvidia_gpus`` fact, ``pools`` its pool memberships from
+  ``pool_memberships``.
+- ``pool_memberships(export, host)``: ``[{"group", "vars"}]`` for each pool group (child of ``gpu_pools``) holding
+  the host, from ``ansible-inventory --list --export`` output (group_vars are merged per host, so the groups'
+  own settings are only visible there).
+- ``vcuda_core_problems(value, where)``: a ``tencent.com/vcuda-core`` request is 1..100 or a multiple of 100.
+- ``merge_spec_errors(host, problems, spec_errors)``: adds argument-spec errors for fields no rule already named.
+- One ``rule_*`` function per rule, each ``(ctx) -> list[str]``; ``RULES`` lists them in order.
+
+Every message reads ``<host>: <field> = <value>: <what is wrong>; allowed: <what is allowed>``.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+try:
+    from ansible.module_utils.accel_constants import MODES, VCUDA_CORES_PER_GPU, VGPU_BACKENDS
+    from ansible.module_utils.accel_inventory import VARIABLES, did_you_mean
+    from ansible.module_utils.accel_mig import MODELS, geometry_problems
+except ImportError:  # controller-side filters load module_utils by path
+    from accel_constants import MODES, VCUDA_CORES_PER_GPU, VGPU_BACKENDS
+    from accel_inventory import VARIABLES, did_you_mean
+    from accel_mig import MODELS, geometry_problems
+
+MPS_MIN_REPLICAS = 2
+MPS_MAX_REPLICAS = 48  # client CUDA contexts per device on Volta and newer (MPS docs)
+MPS_MIN_COMPUTE_CAPABILITY = (7, 0)  # Volta: isolated client address spaces, 48 clients
+GPU_MANAGER_MAX_CUDA_MAJOR = 11  # GPU-Manager's vcuda library intercepts the CUDA 11 driver API only
+CUDA12_FIRST_DRIVER_BRANCH = 525  # R525 is the first branch shipping a CUDA 12.0 driver
+MIN_KUBERNETES_NUMA = (1, 25)
+PCI_ID_RE = re.compile(r"^[0-9a-fA-F]{4}:[0-9a-fA-F]{4}$")
+POOLS_GROUP = "gpu_pools"
+
+
+@dataclass
+class Context:
+    host: str
+    settings: dict
+    facts: dict = field(default_factory=dict)
+    pools: list | None = None
+
+    def get(self, name, default=None):
+        return self.settings.get(name, default)
+
+    @property
+    def gpus(self) -> list:
+        return list((self.facts or {}).get("gpus") or [])
+
+    def problem(self, field_name: str, value, what: str, allowed: str) -> str:
+        shown = "(not set)" if value is _UNSET else repr(value)
+        return f"{self.host}: {field_name} = {shown}: {what}; allowed: {allowed}"
+
+
+_UNSET = object()
+
+
+def _as_int(value):
+    """An int, or an int written as a string (argument specs convert those); ``None`` otherwise."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+        return int(value)
+    return None
+
+
+def _as_bool(value) -> bool:
+    if isinstance(value, str):
+        return value.strip().lower() in ("true", "yes", "1", "on")
+    return bool(value)
+
+
+def _gpu_label(gpu: dict) -> str:
+    return f"GPU {gpu.get('index')} ({gpu.get('name')})"
+
+
+def _version_tuple(text) -> tuple[int, int] | None:
+    match = re.match(r"^\s*v?(\d+)\.(\d+)", str(text))
+    return (int(match.group(1)), int(match.group(2))) if match else None
+
+
+def rule_mode(ctx: Context) -> list[str]:
+    mode = ctx.get("accel_mode", _UNSET)
+    if mode in MODES:
+        return []
+    what = "not set for this GPU host" if mode is _UNSET else "not a kube-accel mode"
+    return [ctx.problem("accel_mode", mode, what,
+                        f"{', '.join(MODES)} (MIG slices are mode pgpu with accel_mig_geometry)")]
+
+
+def rule_one_pool(ctx: Context) -> list[str]:
+    if ctx.pools is None:  # membership unknown (no inventory export): nothing to check
+        return []
+    if not ctx.pools:
+        return [f"{ctx.host}: group_names: the host is in {POOLS_GROUP} but in none of its pool groups; "
+                f"allowed: exactly one pool group under {POOLS_GROUP}"]
+    if len(ctx.pools) == 1:
+        return []
+    described = ", ".join(f"{p['group']} (accel_mode={p['vars'].get('accel_mode', '(inherited)')})"
+                          for p in ctx.pools)
+    modes = {p["vars"].get("accel_mode") for p in ctx.pools if "accel_mode" in p["vars"]}
+    what = "different modes on one host" if len(modes) > 1 else "one host in two pools"
+    return [f"{ctx.host}: group_names = {[p['group'] for p in ctx.pools]!r}: {what}: {described}; allowed: "
+            f"exactly one pool group under {POOLS_GROUP}, so one mode per host"]
+
+
+def rule_vgpu_backend(ctx: Context) -> list[str]:
+    if ctx.get("accel_mode") != "vgpu":
+        return []
+    backend = ctx.get("accel_vgpu_backend", _UNSET)
+    if backend not in VGPU_BACKENDS:
+        what = "required with accel_mode vgpu" if backend is _UNSET else "not a vGPU backend"
+        return [ctx.problem("accel_vgpu_backend", backend, what, ", ".join(VGPU_BACKENDS))]
+    if backend != "gpu-manager":
+        return []
+    allowed = (f"hami for CUDA 12 and newer drivers; gpu-manager only with a CUDA "
+               f"{GPU_MANAGER_MAX_CUDA_MAJOR}.x driver (branch {CUDA12_FIRST_DRIVER_BRANCH - 5} or older)")
+    problems = []
+    major = (ctx.facts or {}).get("cuda_driver_version_major")
+    if isinstance(major, int) and major > GPU_MANAGER_MAX_CUDA_MAJOR:
+        problems.append(ctx.problem(
+            "accel_vgpu_backend", backend,
+            f"GPU-Manager does not support the CUDA {ctx.facts.get('cuda_driver_version')} driver "
+            f"(driver {ctx.facts.get('driver_version')}) on this host", allowed))
+    branch = _as_int(ctx.get("accel_driver_branch"))
+    if branch is not None and branch >= CUDA12_FIRST_DRIVER_BRANCH:
+        problems.append(ctx.problem(
+            "accel_driver_branch", ctx.get("accel_driver_branch"),
+            "with accel_vgpu_backend 'gpu-manager' the planned driver branch ships a CUDA 12+ driver, which "
+            "GPU-Manager does not support", allowed))
+    return problems
+
+
+def _mig_planned(ctx: Context) -> bool:
+    return bool(ctx.get("accel_mig_geometry")) or ctx.get("accel_mig_strategy") in ("single", "mixed")
+
+
+def rule_mig_exclusive(ctx: Context) -> list[str]:
+    mode = ctx.get("accel_mode")
+    if mode not in ("vgpu", "mps"):
+        return []
+    allowed = ("accel_mode pgpu for MIG; vgpu and mps need GPUs with MIG disabled "
+               "(no accel_mig_geometry, accel_mig_strategy none)")
+    problems = []
+    for gpu in ctx.gpus:
+        if gpu.get("mig_mode_current") or gpu.get("mig_mode_pending"):
+            problems.append(ctx.problem(
+                "accel_mode", mode,
+                f"{_gpu_label(gpu)} has MIG enabled (current={gpu.get('mig_mode_current')}, "
+                f"pending={gpu.get('mig_mode_pending')})", allowed))
+    if ctx.get("accel_mig_geometry"):
+        problems.append(ctx.problem("accel_mig_geometry", ctx.get("accel_mig_geometry"),
+                                    f"a MIG plan on a pool with accel_mode {mode}", allowed))
+    elif ctx.get("accel_mig_strategy") in ("single", "mixed"):
+        problems.append(ctx.problem("accel_mig_strategy", ctx.get("accel_mig_strategy"),
+                                    f"a MIG plan on a pool with accel_mode {mode}", allowed))
+    return problems
+
+
+def rule_mps(ctx: Context) -> list[str]:
+    if ctx.get("accel_mode") != "mps":
+        return []
+    problems = []
+    raw = ctx.get("accel_mps_replicas", _UNSET)
+    replicas = _as_int(raw)
+    if replicas is None or not MPS_MIN_REPLICAS <= replicas <= MPS_MAX_REPLICAS:
+        what = "required with accel_mode mps" if raw is _UNSET else "out of range"
+        problems.append(ctx.problem("accel_mps_replicas", raw, what,
+                                    f"an integer {MPS_MIN_REPLICAS}..{MPS_MAX_REPLICAS} "
+                                    f"(MPS clients per GPU on Volta and newer)"))
+    for gpu in ctx.gpus:
+        cc = _version_tuple(gpu.get("compute_capability", ""))
+        if cc is not None and cc < MPS_MIN_COMPUTE_CAPABILITY:
+            problems.append(ctx.problem(
+                "accel_mode", "mps",
+                f"{_gpu_label(gpu)} has compute capability {gpu.get('compute_capability')} (pre-Volta)",
+                "mps on compute capability 7.0 (Volta) or newer; use pgpu or vgpu on older GPUs"))
+    return problems
+
+
+def rule_mig_geometry(ctx: Context) -> list[str]:
+    geometry = ctx.get("accel_mig_geometry")
+    if not geometry or ctx.get("accel_mode") != "pgpu":
+        return []  # vgpu/mps with a MIG plan are reported by rule_mig_exclusive
+    if not isinstance(geometry, dict):
+        return [ctx.problem("accel_mig_geometry", geometry, "not a mapping",
+                            "a mapping of MIG profile -> count per GPU, e.g. {'3g.40gb': 1, '1g.10gb': 4}")]
+    problems = []
+    strategy = ctx.get("accel_mig_strategy", _UNSET)
+    if strategy not in ("single", "mixed"):
+        problems.append(ctx.problem("accel_mig_strategy", strategy, "a MIG geometry needs a MIG strategy",
+                                    "single (one profile, counted as nvidia.com/gpu) or mixed"))
+    elif strategy == "single" and len(geometry) > 1:
+        problems.append(ctx.problem("accel_mig_geometry", geometry,
+                                    "accel_mig_strategy single exposes every MIG device as nvidia.com/gpu, so "
+                                    "all must have the same profile",
+                                    "one profile with strategy single, or accel_mig_strategy mixed"))
+    device_ids = {}
+    for gpu in ctx.gpus:
+        device_ids.setdefault(gpu.get("pci_device_id"), gpu)
+    if device_ids:
+        for device_id, gpu in device_ids.items():
+            for text in geometry_problems(device_id, geometry, gpu=_gpu_label(gpu)):
+                problems.append(f"{ctx.host}: {text}")
+        return problems
+    # No GPU visible yet (driver not installed): the geometry must at least be legal on some MIG model.
+    per_model = {name: geometry_problems(m.device_ids[0], geometry) for name, m in MODELS.items()}
+    if all(per_model.values()):
+        closest = min(per_model.items(), key=lambda item: len(item[1]))
+        problems.append(ctx.problem("accel_mig_geometry", geometry,
+                                    f"legal on no MIG-capable GPU model (e.g. {closest[0]}: "
+                                    f"{closest[1][0]})",
+                                    "a geometry legal on the pool's GPU model"))
+    return problems
+
+
+def rule_sriov(ctx: Context) -> list[str]:
+    raw = ctx.get("accel_sriov_numvfs", 0)
+    numvfs = _as_int(raw)
+    if numvfs is None or numvfs < 0:
+        return [ctx.problem("accel_sriov_numvfs", raw, "not a count", "an integer >= 0 (0 disables SR-IOV)")]
+    problems = []
+    if numvfs == 0:
+        return problems
+    for gpu in ctx.gpus:
+        total = gpu.get("sriov_totalvfs") or 0
+        if numvfs > total:
+            what = (f"{_gpu_label(gpu)} is not SR-IOV capable (sriov_totalvfs 0)" if total == 0
+                    else f"above {_gpu_label(gpu)}'s sriov_totalvfs {total}")
+            problems.append(ctx.problem("accel_sriov_numvfs", raw, what, f"0..{total}"))
+    return problems
+
+
+def rule_vfio(ctx: Context) -> list[str]:
+    problems = []
+    if _as_bool(ctx.get("accel_vfio_passthrough", False)):
+        iommu_on = bool((ctx.facts or {}).get("iommu_enabled"))
+        if not iommu_on and not _as_bool(ctx.get("accel_iommu", False)):
+            problems.append(ctx.problem(
+                "accel_vfio_passthrough", ctx.get("accel_vfio_passthrough"),
+                "vfio-pci passthrough needs the IOMMU, which is neither enabled on this host (no "
+                "/sys/kernel/iommu_groups) nor planned (accel_iommu is false)",
+                "accel_iommu: true with accel_vfio_passthrough, or accel_vfio_passthrough: false"))
+    ids = ctx.get("accel_vfio_pci_ids") or []
+    if not isinstance(ids, list):
+        problems.append(ctx.problem("accel_vfio_pci_ids", ids, "not a list", "a list of \"vvvv:dddd\" IDs"))
+        return problems
+    for pci_id in ids:
+        if not isinstance(pci_id, str) or not PCI_ID_RE.match(pci_id):
+            problems.append(ctx.problem("accel_vfio_pci_ids", pci_id, "not a PCI vendor:device ID",
+                                        "4 hex digits, a colon, 4 hex digits, e.g. \"10de:20b5\""))
+    return problems
+
+
+def rule_kubernetes_numa(ctx: Context) -> list[str]:
+    policy = ctx.get("accel_numa_policy", "none")
+    if policy in (None, "none"):
+        return []
+    raw = ctx.get("accel_kubernetes_version", _UNSET)
+    version = _version_tuple(raw) if raw is not _UNSET else None
+    minimum = ".".join(map(str, MIN_KUBERNETES_NUMA))
+    if version is None:
+        return [ctx.problem("accel_kubernetes_version", raw,
+                            f"needed to check accel_numa_policy {policy!r} and not a version",
+                            f"a Kubernetes version such as \"1.36\" (at least {minimum})")]
+    if version < MIN_KUBERNETES_NUMA:
+        return [ctx.problem("accel_kubernetes_version", raw,
+                            f"accel_numa_policy {policy!r} (NUMA-aligned GPUs through the kubelet Topology "
+                            f"Manager) needs Kubernetes {minimum} or newer",
+                            f">= {minimum}, or accel_numa_policy none")]
+    return []
+
+
+def rule_unknown_variables(ctx: Context) -> list[str]:
+    problems = []
+    for name in sorted(ctx.settings):
+        if name.startswith("accel_") and name not in VARIABLES:
+            hint = did_you_mean(name)
+            what = f"unknown variable (did you mean {hint}?)" if hint else "unknown variable"
+            problems.append(ctx.problem(name, ctx.settings[name], what,
+                                        "the variables of kube-accel's inventory model (README)"))
+    # Names without the prefix in a pool's own group_vars, when they look like a known variable.
+    for pool in ctx.pools or []:
+        for name in sorted(pool["vars"]):
+            if name.startswith(("accel_", "ansible_")) or name in ctx.settings:
+                continue
+            hint = did_you_mean(name)
+            if hint:
+                problems.append(ctx.problem(
+                    name, pool["vars"][name],
+                    f"unknown variable in pool group {pool['group']} (did you mean {hint}?)",
+                    "the variables of kube-accel's inventory model (README)"))
+    return problems
+
+
+RULES = (
+    rule_unknown_variables,
+    rule_mode,
+    rule_one_pool,
+    rule_vgpu_backend,
+    rule_mig_exclusive,
+    rule_mps,
+    rule_mig_geometry,
+    rule_sriov,
+    rule_vfio,
+    rule_kubernetes_numa,
+)
+
+
+def host_problems(host: str, settings: dict, facts: dict | None = None, pools: list | None = None) -> list[str]:
+    """Every problem with one host's plan (empty list = the plan is fine)."""
+    ctx = Context(host=host, settings=dict(settings or {}), facts=dict(facts or {}), pools=pools)
+    problems: list[str] = []
+    for rule in RULES:
+        problems.extend(rule(ctx))
+    return problems
+
+
+def pool_memberships(export: dict, host: str) -> list[dict]:
+    """Pool groups (children of gpu_pools) that hold ``host``, each with its own vars."""
+    def hosts_of(group: str, seen: set) -> set:
+        if group in seen:
+            return set()
+        seen.add(group)
+        entry = export.get(group) or {}
+        found = set(entry.get("hosts") or [])
+        for child in entry.get("children") or []:
+            found |= hosts_of(child, seen)
+        return found
+
+    pools = []
+    for group in (export.get(POOLS_GROUP) or {}).get("children") or []:
+        if host in hosts_of(group, set()):
+            pools.append({"group": group, "vars": dict((export.get(group) or {}).get("vars") or {})})
+    return pools
+
+
+def vcuda_core_problems(value, where: str = "tencent.com/vcuda-core") -> list[str]:
+    """A vcuda-core request is a share of one GPU (1..100) or whole GPUs (a multiple of 100)."""
+    number = _as_int(value)
+    if number is not None and (1 <= number <= VCUDA_CORES_PER_GPU or
+                               (number > 0 and number % VCUDA_CORES_PER_GPU == 0)):
+        return []
+    return [f"{where} = {value!r}: not a valid vcuda-core request; allowed: 1..{VCUDA_CORES_PER_GPU} "
+            f"(a share of one GPU) or a multiple of {VCUDA_CORES_PER_GPU} (whole GPUs)"]
+
+
+_FIELD_RE = re.compile(r"\b(accel_[a-z0-9_]+)\b")
+
+
+def merge_spec_errors(host: str, problems: list, spec_errors) -> list[str]:
+    """Argument-spec errors (types, choices) for fields that no plan rule already reported."""
+    named = {m for text in problems for m in _FIELD_RE.findall(text.split(";")[0])}
+    merged = list(problems)
+    for error in spec_errors or []:
+        # "Unsupported parameters" errors name the unknown variable, then list every known one.
+        fields = set(_FIELD_RE.findall(str(error).split("Supported parameters include")[0]))
+        if fields and fields <= named:
+            continue
+        merged.append(f"{host}: {error}")
+    return merged
+

@@ -80,6 +80,7 @@ def serve():
     while True:
         conn, _ = srv.accept()
         words = conn.makefile().readline().split()
+        log("cmd: " + " ".join(words))
         reply, stop = "", False
         if words[:1] == ["set_default_active_thread_percentage"]:
             pct = float(words[1])
@@ -355,8 +356,11 @@ def test_sigterm_to_the_tool_still_quits_the_daemon(control, tmp_path):
 # --- MPS limit check ---------------------------------------------------------------------------------------
 
 
-def test_mps_check_passes_when_limits_are_enforced(control, client_base):
-    result = checks.run_mps_check(client_base, lambda: _daemon(control), device=0, thread_pct=25, mem_limit_mib=2048)
+def test_mps_check_passes_when_limits_are_enforced(control, client_base, tmp_path):
+    logs = tmp_path / "logs"
+    result = checks.run_mps_check(
+        client_base, lambda: _daemon(control, keep_logs_in=logs), device=0, thread_pct=25, mem_limit_mib=2048
+    )
     by_name = {c["name"]: c for c in result["checks"]}
     assert result["ok"], result["checks"]
     assert by_name["allocation of 3072 MiB past the limit is refused"]["ok"]
@@ -365,6 +369,14 @@ def test_mps_check_passes_when_limits_are_enforced(control, client_base):
     assert result["full_sm_count"] == 132 and result["mps_sm_count"] == 32
     assert result["mps_sm_count_client_env"] <= result["mps_sm_count"]
     assert result["shutdown"]["leftover"] == [] and result["shutdown"]["quit_sent"]
+    # The only settings the tool makes are inside its private daemon (the fake client adds start_server and
+    # the get_default_* queries that libcuda would make).
+    sent = [line[5:] for line in (logs / "control.log").read_text().splitlines() if line.startswith("cmd: ")]
+    assert [c for c in sent if c.startswith("set")] == [
+        "set_default_active_thread_percentage 25",
+        "set_default_device_pinned_mem_limit 0 2048M",
+    ]
+    assert sent[-1] == "quit"
 
 
 def test_mps_check_fails_when_the_memory_limit_is_not_enforced(control, client_base, monkeypatch):

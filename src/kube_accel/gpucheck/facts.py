@@ -119,15 +119,10 @@ def compare_facts(facts: dict, smi: dict, mem_tolerance_mib: int = 0) -> dict:
     smi_gpus = {g["uuid"]: g for g in smi.get("gpus", []) if g.get("uuid")}
     for uuid in sorted(set(facts_gpus) | set(smi_gpus)):
         if uuid not in facts_gpus or uuid not in smi_gpus:
-            side = "facts" if uuid in facts_gpus else "nvidia-smi"
+            # The UUID shows on the side that has the GPU; the other side is None.
+            in_facts = uuid in facts_gpus
             findings.append(
-                _finding(
-                    uuid,
-                    "gpu",
-                    uuid if side == "facts" else None,
-                    uuid if side == "nvidia-smi" else None,
-                    "gpu_missing",
-                )
+                _finding(uuid, "gpu", uuid if in_facts else None, None if in_facts else uuid, "gpu_missing")
             )
             continue
         fg, sg = facts_gpus[uuid], smi_gpus[uuid]

@@ -107,7 +107,9 @@ def argument_spec(scopes=("cluster", "pool", "lab")) -> dict:
 def did_you_mean(name: str, candidates=None) -> str | None:
     """Closest known variable to a misspelt one, or ``None``."""
     pool = list(candidates if candidates is not None else VARIABLES)
-    match = difflib.get_close_matches(name, pool, n=1, cutoff=0.6)
-    if not match and not name.startswith("accel_"):
-        match = difflib.get_close_matches(f"accel_{name}", pool, n=1, cutoff=0.6)
-    return match[0] if match else None
+    # Compare without the shared prefix, which would make every accel_* name look alike. A name without the
+    # prefix is only taken for a typo when it is very close to a known name.
+    bare = {known.removeprefix("accel_"): known for known in pool}
+    prefixed = name.startswith("accel_")
+    match = difflib.get_close_matches(name.removeprefix("accel_"), list(bare), n=1, cutoff=0.6 if prefixed else 0.85)
+    return bare[match[0]] if match else None

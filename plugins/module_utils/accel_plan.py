@@ -216,7 +216,9 @@ def rule_mig_geometry(ctx: Context) -> list[str]:
     # No GPU visible yet (driver not installed): the geometry must at least be legal on some MIG model.
     per_model = {name: geometry_problems(m.device_ids[0], geometry) for name, m in MODELS.items()}
     if all(per_model.values()):
-        closest = min(per_model.items(), key=lambda item: len(item[1]))
+        # Name the model whose profile names the geometry uses, if any: its problem is the telling one.
+        closest = min(per_model.items(), key=lambda item: (any("does not exist" in p for p in item[1]),
+                                                           len(item[1])))
         problems.append(ctx.problem("accel_mig_geometry", geometry,
                                     f"legal on no MIG-capable GPU model (e.g. {closest[0]}: "
                                     f"{closest[1][0]})",

@@ -1,0 +1,308 @@
+"""Plan rules, each positive and negative, on GPU facts gathered from the recorded snapshots in tests/data/nvml
+(composed from published device data, not recorded on a GPU here)."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import pytest
+import yaml
+from accel_plan_filters import FilterModule
+from ansible.module_utils import accel_gpu_facts, accel_inventory
+from ansible.module_utils import accel_plan as plan
+
+REPO = Path(__file__).resolve().parents[2]
+SNAPSHOTS = REPO / "tests" / "data" / "nvml"
+HOST = "gpu-01"
+
+
+def gpus(name):
+    return accel_gpu_facts.gather(accel_gpu_facts.RecordedSource.from_file(str(SNAPSHOTS / f"{name}.json")))
+
+
+def check(settings, facts=None, pools=None):
+    return plan.host_problems(HOST, settings, facts or {}, pools)
+
+
+POOL_DEFAULTS = {"accel_kubernetes_version": "1.36", "accel_iommu": False, "accel_sriov_numvfs": 0,
+                 "accel_vfio_passthrough": False, "accel_numa_policy": "none"}
+
+
+def pool(**settings):
+    return {**POOL_DEFAULTS, **{f"accel_{k}": v for k, v in settings.items()}}
+
+
+GOOD = [
+    ("vgpu hami on H100", pool(pool="hami", mode="vgpu", vgpu_backend="hami", vgpu_split_count=10), "h100-80gb"),
+    ("vgpu gpu-manager on T4 CUDA 11.4", pool(pool="v", mode="vgpu", vgpu_backend="gpu-manager",
+                                              driver_branch="470"), "t4"),
+    ("mps on A30", pool(pool="m", mode="mps", mps_replicas=4), "a30"),
+    ("mps on T4 (Turing, 7.5)", pool(pool="m", mode="mps", mps_replicas=48), "t4"),
+    ("pgpu NUMA on two sockets", pool(pool="p", mode="pgpu", numa_policy="single-numa-node"), "dual-socket-a100x8"),
+    ("pgpu MIG mixed", pool(pool="mig", mode="pgpu", mig_strategy="mixed", mig_owner="operator",
+                            mig_geometry={"3g.40gb": 1, "2g.20gb": 1, "1g.10gb": 2}), "a100-80gb-mig"),
+    ("pgpu MIG single", pool(pool="mig", mode="pgpu", mig_strategy="single", mig_geometry={"1g.10gb": 7}),
+     "a100-80gb"),
+    ("vfio with IOMMU planned", pool(pool="vm", mode="pgpu", iommu=True, vfio_passthrough=True,
+                                     vfio_pci_ids=["10de:20b5", "10DE:1AEF"]), "t4"),
+    ("vfio with IOMMU already on", pool(pool="vm", mode="pgpu", vfio_passthrough=True), "h100-80gb"),
+    ("SR-IOV within totalvfs", pool(pool="s", mode="pgpu", sriov_numvfs=16), "a30"),
+]
+
+
+@pytest.mark.parametrize(("title", "settings", "snapshot"), GOOD, ids=[g[0] for g in GOOD])
+def test_good_plans_have_no_problems(title, settings, snapshot):
+    assert check(settings, gpus(snapshot), [{"group": "pool_x", "vars": {"accel_mode": settings["accel_mode"]}}]) == []
+
+
+def test_rule_mode():
+    assert check(pool(mode="pgpu")) == []
+    assert check(pool(mode="mig")) == [
+        "gpu-01: accel_mode = 'mig': not a kube-accel mode; allowed: vgpu, pgpu, mps (MIG slices are mode pgpu "
+        "with accel_mig_geometry)"]
+    missing = {k: v for k, v in pool().items() if k != "accel_mode"}
+    assert check(missing) == [
+        "gpu-01: accel_mode = (not set): not set for this GPU host; allowed: vgpu, pgpu, mps (MIG slices are "
+        "mode pgpu with accel_mig_geometry)"]
+
+
+def test_rule_one_pool_per_host():
+    settings = pool(mode="pgpu")
+    assert check(settings, pools=[{"group": "pool_a", "vars": {"accel_mode": "pgpu"}}]) == []
+    assert check(settings, pools=None) == []  # membership unknown
+    two_modes = [{"group": "pool_a", "vars": {"accel_mode": "vgpu"}},
+                 {"group": "pool_b", "vars": {"accel_mode": "pgpu"}}]
+    assert check(settings, pools=two_modes) == [
+        "gpu-01: group_names = ['pool_a', 'pool_b']: different modes on one host: pool_a (accel_mode=vgpu), "
+        "pool_b (accel_mode=pgpu); allowed: exactly one pool group under gpu_pools, so one mode per host"]
+    same = [{"group": "pool_a", "vars": {"accel_mode": "pgpu"}}, {"group": "pool_b", "vars": {}}]
+    assert "one host in two pools" in check(settings, pools=same)[0]
+    assert check(settings, pools=[]) == [
+        "gpu-01: group_names: the host is in gpu_pools but in none of its pool groups; allowed: exactly one pool "
+        "group under gpu_pools"]
+
+
+def test_rule_gpu_manager_refused_on_cuda_12():
+    settings = pool(mode="vgpu", vgpu_backend="gpu-manager", driver_branch="470")
+    assert check(settings, gpus("t4")) == []
+    problems = check(settings, gpus("h100-80gb"))
+    assert problems == [
+        "gpu-01: accel_vgpu_backend = 'gpu-manager': GPU-Manager does not support the CUDA 12.4 driver (driver "
+        "550.54.15) on this host; allowed: hami for CUDA 12 and newer drivers; gpu-manager only with a CUDA 11.x "
+        "driver (branch 520 or older)"]
+    # Before the driver is installed the planned branch decides.
+    planned = check(pool(mode="vgpu", vgpu_backend="gpu-manager", driver_branch="550"), {"count": 0})
+    assert len(planned) == 1 and planned[0].startswith("gpu-01: accel_driver_branch = '550': with accel_vgpu_backend")
+    assert "hami" in planned[0]
+    assert check(pool(mode="vgpu", vgpu_backend="hami", driver_branch="550"), gpus("h100-80gb")) == []
+
+
+def test_rule_vgpu_backend_required():
+    assert check(pool(mode="vgpu")) == [
+        "gpu-01: accel_vgpu_backend = (not set): required with accel_mode vgpu; allowed: hami, gpu-manager"]
+
+
+@pytest.mark.parametrize("mode", ["vgpu", "mps"])
+def test_rule_vgpu_and_mps_refused_on_mig(mode):
+    extra = {"vgpu_backend": "hami"} if mode == "vgpu" else {"mps_replicas": 4}
+    assert check(pool(mode=mode, **extra), gpus("a100-80gb")) == []
+    on_mig = check(pool(mode=mode, **extra), gpus("a100-80gb-mig"))
+    assert on_mig == [
+        f"gpu-01: accel_mode = '{mode}': GPU 0 (NVIDIA A100-SXM4-80GB) has MIG enabled (current=True, "
+        "pending=True); allowed: accel_mode pgpu for MIG; vgpu and mps need GPUs with MIG disabled (no "
+        "accel_mig_geometry, accel_mig_strategy none)"]
+    pending = gpus("a100-80gb")
+    pending["gpus"][0]["mig_mode_pending"] = True  # MIG switched on, waiting for a GPU reset
+    assert "has MIG enabled (current=False, pending=True)" in check(pool(mode=mode, **extra), pending)[0]
+    planned = check(pool(mode=mode, mig_geometry={"1g.10gb": 7}, **extra), gpus("a100-80gb"))
+    assert planned == [
+        f"gpu-01: accel_mig_geometry = {{'1g.10gb': 7}}: a MIG plan on a pool with accel_mode {mode}; allowed: "
+        "accel_mode pgpu for MIG; vgpu and mps need GPUs with MIG disabled (no accel_mig_geometry, "
+        "accel_mig_strategy none)"]
+    strategy = check(pool(mode=mode, mig_strategy="single", **extra), gpus("a100-80gb"))
+    assert len(strategy) == 1 and strategy[0].startswith("gpu-01: accel_mig_strategy = 'single': a MIG plan")
+    assert check(pool(mode=mode, mig_strategy="none", **extra), gpus("a100-80gb")) == []
+
+
+@pytest.mark.parametrize("replicas", [2, 4, 48, "10"])
+def test_rule_mps_replicas_in_range(replicas):
+    assert check(pool(mode="mps", mps_replicas=replicas), gpus("a30")) == []
+
+
+@pytest.mark.parametrize("replicas", [1, 0, 49, 64, -2, "many", 2.5, True])
+def test_rule_mps_replicas_out_of_range(replicas):
+    assert check(pool(mode="mps", mps_replicas=replicas), gpus("a30")) == [
+        f"gpu-01: accel_mps_replicas = {replicas!r}: out of range; allowed: an integer 2..48 (MPS clients per GPU "
+        "on Volta and newer)"]
+
+
+def test_rule_mps_replicas_required():
+    assert check(pool(mode="mps"), gpus("a30"))[0].startswith(
+        "gpu-01: accel_mps_replicas = (not set): required with accel_mode mps")
+
+
+def test_rule_mps_refused_before_volta():
+    # No Pascal snapshot: the T4 facts with a P100's name and compute capability 6.0 stand in for one.
+    pascal = copy.deepcopy(gpus("t4"))
+    pascal["gpus"][0].update(name="Tesla P100-PCIE-16GB", compute_capability="6.0")
+    assert check(pool(mode="mps", mps_replicas=4), pascal) == [
+        "gpu-01: accel_mode = 'mps': GPU 0 (Tesla P100-PCIE-16GB) has compute capability 6.0 (pre-Volta); "
+        "allowed: mps on compute capability 7.0 (Volta) or newer; use pgpu or vgpu on older GPUs"]
+    assert check(pool(mode="pgpu"), pascal) == []
+
+
+def test_rule_mig_geometry_legal_for_the_gpu_model():
+    layout = {"3g.40gb": 1, "2g.20gb": 1, "1g.10gb": 2}
+    assert check(pool(mode="pgpu", mig_strategy="mixed", mig_geometry=layout), gpus("a100-80gb")) == []
+    # Same names, another model: the A100-40GB has no 3g.40gb.
+    wrong_model = check(pool(mode="pgpu", mig_strategy="mixed", mig_geometry=layout), gpus("dual-socket-a100x8"))
+    assert wrong_model[0] == (
+        "gpu-01: accel_mig_geometry: profile '3g.40gb' does not exist on A100-40GB on GPU 0 (NVIDIA A100-SXM4-40GB); "
+        "allowed: 1g.5gb, 1g.10gb, 2g.10gb, 3g.20gb, 4g.20gb, 7g.40gb, 1g.5gb+me")
+    overfull = check(pool(mode="pgpu", mig_strategy="mixed", mig_geometry={"4g.40gb": 1, "3g.40gb": 1, "1g.10gb": 1}),
+                     gpus("a100-80gb"))
+    assert len(overfull) == 1 and "no legal placement on A100-80GB on GPU 0 (NVIDIA A100-SXM4-80GB)" in overfull[0]
+    not_mig = check(pool(mode="pgpu", mig_strategy="mixed", mig_geometry={"1g.10gb": 1}), gpus("t4"))
+    assert len(not_mig) == 1 and "(PCI device 0x1EB810DE) does not support MIG" in not_mig[0]
+
+
+def test_rule_mig_geometry_without_gpus_checks_all_models():
+    assert check(pool(mode="pgpu", mig_strategy="mixed", mig_geometry={"2g.12gb": 2}), {"count": 0}) == []
+    problems = check(pool(mode="pgpu", mig_strategy="mixed", mig_geometry={"2g.12gb": 3}), {"count": 0})
+    assert len(problems) == 1 and "legal on no MIG-capable GPU model (e.g. A30-24GB" in problems[0]
+
+
+def test_rule_mig_strategy_matches_geometry():
+    missing = check(pool(mode="pgpu", mig_geometry={"1g.10gb": 7}), gpus("a100-80gb"))
+    assert missing == ["gpu-01: accel_mig_strategy = (not set): a MIG geometry needs a MIG strategy; allowed: single "
+                       "(one profile, counted as nvidia.com/gpu) or mixed"]
+    single = check(pool(mode="pgpu", mig_strategy="single", mig_geometry={"3g.40gb": 1, "1g.10gb": 4}),
+                   gpus("a100-80gb"))
+    assert len(single) == 1 and "all must have the same profile" in single[0]
+
+
+def test_rule_sriov_numvfs():
+    assert check(pool(mode="pgpu", sriov_numvfs=16), gpus("a30")) == []
+    assert check(pool(mode="pgpu", sriov_numvfs=17), gpus("a30")) == [
+        "gpu-01: accel_sriov_numvfs = 17: above GPU 0 (NVIDIA A30)'s sriov_totalvfs 16; allowed: 0..16"]
+    assert check(pool(mode="pgpu", sriov_numvfs=4), gpus("t4")) == [
+        "gpu-01: accel_sriov_numvfs = 4: GPU 0 (Tesla T4) is not SR-IOV capable (sriov_totalvfs 0); allowed: 0..0"]
+    assert check(pool(mode="pgpu", sriov_numvfs=-1))[0].startswith("gpu-01: accel_sriov_numvfs = -1: not a count")
+
+
+def test_rule_vfio_needs_iommu():
+    no_iommu = gpus("t4")
+    assert check(pool(mode="pgpu", vfio_passthrough=True, iommu=True), no_iommu) == []
+    assert check(pool(mode="pgpu", vfio_passthrough=True), gpus("h100-80gb")) == []  # IOMMU already on
+    assert check(pool(mode="pgpu", vfio_passthrough=True), no_iommu) == [
+        "gpu-01: accel_vfio_passthrough = True: vfio-pci passthrough needs the IOMMU, which is neither enabled on "
+        "this host (no /sys/kernel/iommu_groups) nor planned (accel_iommu is false); allowed: accel_iommu: true "
+        "with accel_vfio_passthrough, or accel_vfio_passthrough: false"]
+    bad_ids = check(pool(mode="pgpu", vfio_passthrough=True, iommu=True, vfio_pci_ids=["10de:20b5", "10de20b5"]))
+    assert bad_ids == ["gpu-01: accel_vfio_pci_ids = '10de20b5': not a PCI vendor:device ID; allowed: 4 hex digits, "
+                       "a colon, 4 hex digits, e.g. \"10de:20b5\""]
+
+
+@pytest.mark.parametrize("version", ["1.25", "1.36", "v1.30.2"])
+def test_rule_kubernetes_version_for_numa_ok(version):
+    settings = pool(mode="pgpu", numa_policy="single-numa-node", kubernetes_version=version)
+    assert check(settings, gpus("dual-socket-a100x8")) == []
+
+
+def test_rule_kubernetes_version_for_numa_too_old():
+    settings = pool(mode="pgpu", numa_policy="single-numa-node", kubernetes_version="1.24")
+    assert check(settings) == [
+        "gpu-01: accel_kubernetes_version = '1.24': accel_numa_policy 'single-numa-node' (NUMA-aligned GPUs "
+        "through the kubelet Topology Manager) needs Kubernetes 1.25 or newer; allowed: >= 1.25, or "
+        "accel_numa_policy none"]
+    assert check(pool(mode="pgpu", numa_policy="none", kubernetes_version="1.24")) == []
+    assert "not a version" in check(pool(mode="pgpu", numa_policy="restricted", kubernetes_version="latest"))[0]
+
+
+def test_rule_unknown_variables_with_did_you_mean():
+    settings = {**pool(mode="mps", mps_replicas=4), "accel_mps_replica": 4}
+    assert check(settings, gpus("a30")) == [
+        "gpu-01: accel_mps_replica = 4: unknown variable (did you mean accel_mps_replicas?); allowed: the variables "
+        "of kube-accel's inventory model (README)"]
+    unprefixed = [{"group": "pool_m", "vars": {"accel_mode": "mps", "mps_replicas": 4, "ntp_server": "x"}}]
+    problems = check(pool(mode="mps", mps_replicas=4), gpus("a30"), unprefixed)
+    assert problems == [
+        "gpu-01: mps_replicas = 4: unknown variable in pool group pool_m (did you mean accel_mps_replicas?); "
+        "allowed: the variables of kube-accel's inventory model (README)"]
+    assert check({**pool(mode="pgpu"), "accel_zzz": 1})[0].startswith("gpu-01: accel_zzz = 1: unknown variable;")
+
+
+def test_every_problem_is_listed_at_once():
+    settings = {**pool(mode="mps", mps_replicas=64, mig_strategy="mixed", numa_policy="restricted",
+                       kubernetes_version="1.20", sriov_numvfs=4, vfio_passthrough=True), "accel_modee": "x"}
+    problems = check(settings, gpus("a100-80gb-mig"))
+    fields = [p.split(" = ")[0].split(": ")[1] for p in problems]
+    assert fields == ["accel_modee", "accel_mode", "accel_mig_strategy", "accel_mps_replicas", "accel_sriov_numvfs",
+                      "accel_vfio_passthrough", "accel_kubernetes_version"]
+
+
+@pytest.mark.parametrize("value", [1, 50, 100, 200, 300, 1000, "100", "25"])
+def test_vcuda_core_valid(value):
+    assert plan.vcuda_core_problems(value) == []
+
+
+@pytest.mark.parametrize("value", [0, -100, 101, 150, 250, "abc", 1.5, None])
+def test_vcuda_core_invalid(value):
+    assert plan.vcuda_core_problems(value, "pod x: tencent.com/vcuda-core") == [
+        f"pod x: tencent.com/vcuda-core = {value!r}: not a valid vcuda-core request; allowed: 1..100 (a share of "
+        "one GPU) or a multiple of 100 (whole GPUs)"]
+
+
+def test_pool_memberships_from_inventory_export():
+    export = {
+        "all": {"children": ["gpu_pools", "rack1"]},
+        "gpu_pools": {"children": ["pool_a", "pool_b"], "vars": {"accel_iommu": False}},
+        "pool_a": {"hosts": ["h1"], "vars": {"accel_mode": "vgpu"}},
+        "pool_b": {"children": ["pool_b_big"], "vars": {"accel_mode": "pgpu"}},
+        "pool_b_big": {"hosts": ["h1", "h2"]},
+        "rack1": {"hosts": ["h1"], "vars": {"accel_mode": "mps"}},
+    }
+    assert plan.pool_memberships(export, "h2") == [{"group": "pool_b", "vars": {"accel_mode": "pgpu"}}]
+    assert [p["group"] for p in plan.pool_memberships(export, "h1")] == ["pool_a", "pool_b"]
+    assert plan.pool_memberships(export, "h3") == []
+
+
+def test_merge_spec_errors_skips_fields_already_reported():
+    problems = ["gpu-01: accel_mode = 'mig': not a kube-accel mode; allowed: vgpu, pgpu, mps"]
+    errors = ["value of accel_mode must be one of: vgpu, pgpu, mps, got: mig",
+              "value of accel_vgpu_scheduler_policy must be one of: binpack, spread, got: fastest",
+              "accel_numa_polcy. Supported parameters include: accel_mode, accel_pool"]
+    assert plan.merge_spec_errors("gpu-01", problems, errors) == problems + [
+        "gpu-01: value of accel_vgpu_scheduler_policy must be one of: binpack, spread, got: fastest",
+        "gpu-01: accel_numa_polcy. Supported parameters include: accel_mode, accel_pool"]
+    assert plan.merge_spec_errors("gpu-01", problems, errors[:1]) == problems
+
+
+def test_filter_accel_plan_problems():
+    filters = FilterModule().filters()
+    export = {"gpu_pools": {"children": ["pool_m"]}, "pool_m": {"hosts": [HOST], "vars": {"accel_mode": "mps"}}}
+    problems = filters["accel_plan_problems"](pool(mode="mps", mps_replicas=1), HOST, gpus("a30"), export,
+                                               ["value of accel_iommu must be a bool"])
+    assert problems == [
+        "gpu-01: accel_mps_replicas = 1: out of range; allowed: an integer 2..48 (MPS clients per GPU on Volta and "
+        "newer)",
+        "gpu-01: value of accel_iommu must be a bool"]
+    assert filters["accel_vcuda_core_problems"](150)
+    assert filters["accel_pool_memberships"](export, HOST)[0]["group"] == "pool_m"
+
+
+def test_role_argument_spec_matches_the_variable_list():
+    specs = yaml.safe_load((REPO / "roles/preflight/meta/argument_specs.yml").read_text())["argument_specs"]
+    assert specs["inventory"]["options"] == accel_inventory.argument_spec()
+
+
+def test_variable_list_covers_the_inventories():
+    """Every accel_* name used in the example and lab inventories is a known variable."""
+    used = set()
+    for path in (REPO / "inventories").glob("*/group_vars/*.yml"):
+        if path.parts[-3] in ("example", "lab"):
+            used |= {k for k in (yaml.safe_load(path.read_text()) or {}) if k.startswith("accel_")}
+    assert used and used <= set(accel_inventory.VARIABLES)
+    for name, entry in accel_inventory.VARIABLES.items():
+        assert entry["scope"] in ("cluster", "pool", "lab") and entry["description"], name

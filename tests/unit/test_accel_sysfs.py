@@ -240,3 +240,30 @@ def test_vfio_module_reports_kernel_refusal(sysfs, capsys):
     code, out = run_module(vfio_pci_bind, args, capsys)
     assert code == 1
     assert "but its driver is" in out["msg"]
+
+
+def test_pci_filters():
+    import accel_pci
+    from ansible.errors import AnsibleFilterError
+
+    assert accel_pci.accel_pci_bdf("00000000:3B:00.0") == GPU
+    assert accel_pci.accel_pci_id("10DE:20B5") == "10de:20b5"
+    with pytest.raises(AnsibleFilterError):
+        accel_pci.accel_pci_id("10de-20b5")
+
+
+def test_boot_script_resizes_through_zero(sysfs):
+    """The boot-time helper of the sriov role, run against the fake tree."""
+    import subprocess
+
+    script = Path(__file__).resolve().parents[2] / "roles/sriov/files/sriov-numvfs"
+    attr = sysfs / "bus/pci/devices" / GPU / "sriov_numvfs"
+    env = {"SYSFS_ROOT": str(sysfs), "PATH": "/usr/bin:/bin"}
+    for want in ("4", "8", "8", "0"):
+        subprocess.run(["sh", "-x", str(script), GPU, want], env=env, check=True, capture_output=True)
+        assert attr.read_text().strip() == want
+    # 4 -> 8 must pass through 0: look at the trace of a fresh resize.
+    subprocess.run(["sh", str(script), GPU, "4"], env=env, check=True)
+    trace = subprocess.run(["sh", "-x", str(script), GPU, "8"], env=env, check=True, capture_output=True, text=True)
+    assert "echo 0" in trace.stderr
+    assert trace.stderr.index("echo 0") < trace.stderr.index("echo 8")

@@ -1,0 +1,35 @@
+# Copyright: kube-accel contributors
+# Apache License 2.0
+"""Jinja filters for PCI addresses and ids, sharing the parsing of module_utils/accel_sysfs.py."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from ansible.errors import AnsibleFilterError
+
+# Controller-side plugins cannot import custom module_utils by the ansible.module_utils name; load by path.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "module_utils"))
+import accel_sysfs  # noqa: E402
+
+
+def accel_pci_bdf(value: str) -> str:
+    """``00000000:3B:00.0`` (nvidia-smi) or ``3b:00.0`` -> ``0000:3b:00.0`` (sysfs, systemd instance names)."""
+    try:
+        return accel_sysfs.normalize_bdf(str(value))
+    except accel_sysfs.SysfsError as err:
+        raise AnsibleFilterError(str(err)) from err
+
+
+def accel_pci_id(value: str) -> str:
+    """``10DE:20B5`` -> ``10de:20b5``; fails on anything that is not ``vvvv:dddd``."""
+    try:
+        return accel_sysfs.normalize_id(str(value))
+    except accel_sysfs.SysfsError as err:
+        raise AnsibleFilterError(str(err)) from err
+
+
+class FilterModule:
+    def filters(self):
+        return {"accel_pci_bdf": accel_pci_bdf, "accel_pci_id": accel_pci_id}

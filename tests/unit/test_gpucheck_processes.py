@@ -215,7 +215,8 @@ else:
         lat.append((time.perf_counter() - t0) * 1000)
     emit({"event": "result", "lib": "fake", "pid": os.getpid(), "batch": args.batch, "iterations": len(lat),
           "latencies_ms": lat, "t_start": t_start, "t_end": time.monotonic(),
-          "mps_pipe": os.environ.get("CUDA_MPS_PIPE_DIRECTORY")})
+          "mps_pipe": os.environ.get("CUDA_MPS_PIPE_DIRECTORY"),
+          "visible": os.environ.get("CUDA_VISIBLE_DEVICES")})
 """
 
 
@@ -237,7 +238,7 @@ def client_base(tmp_path) -> list[str]:
 
 
 def _daemon(control, **kw) -> mps.MpsDaemon:
-    kw.setdefault("quit_timeout", 5.0)
+    kw.setdefault("quit_timeout", 15.0)  # only waited for when a daemon hangs; generous for a loaded CI box
     return mps.MpsDaemon(control=control, **kw)
 
 
@@ -471,3 +472,54 @@ def test_real_workload_reports_missing_gpu_library_as_error():
     base = clients.client_command(sys.executable, "auto")
     with pytest.raises(clients.ClientError, match="no usable GPU library"):
         clients.run_once([*base, "probe"], dict(os.environ))
+
+
+# --- the whole command line, on the stand-ins ---------------------------------------------------------------
+
+
+def test_cli_all_end_to_end_on_stand_ins(control, client_base, tmp_path, monkeypatch, capsys):
+    from kube_accel.gpucheck import cli, smi
+
+    xml = Path(__file__).resolve().parents[1] / "data" / "gpucheck" / "nvidia-smi-q-x.composed.xml"
+    fake_smi = _script(
+        tmp_path / "nvidia-smi", f"import sys\nassert sys.argv[1:] == ['-q', '-x']\nprint(open({str(xml)!r}).read())\n"
+    )
+    facts_json = tmp_path / "facts.json"
+    parsed = smi.parse_smi_xml(xml.read_text())
+    facts_json.write_text(json.dumps({"nvidia_gpus": parsed}))
+    # The stand-ins replace the two things this machine lacks: a driver (NVML) and a GPU library.
+    monkeypatch.setattr(smi, "gpu_presence", lambda *_a, **_k: (True, "1 GPU(s)"))
+    monkeypatch.setattr(clients, "client_command", lambda *_a, **_k: client_base)
+    out = tmp_path / "results"
+    argv = [
+        "all",
+        "--nvidia-smi",
+        str(fake_smi),
+        "--mps-control",
+        control,
+        "--facts-json",
+        str(facts_json),
+        "--clients",
+        "1,2",
+        "--duration",
+        "0.2",
+        "--warmup",
+        "1",
+        "--device",
+        "1",
+        "--out",
+        str(out),
+    ]
+    assert cli.main(argv) == cli.EXIT_OK, capsys.readouterr()
+    md = (out / "results.md").read_text()
+    assert "Facts vs nvidia-smi: **PASS**" in md
+    assert "MPS limits (thread 25 %, pinned memory 2048 MiB on device 0): **PASS**" in md
+    assert "| MPS | 2 |" in md and "| time-sliced | 2 |" in md and "| baseline (1 process alone) | 1 |" in md
+    assert (out / "bench.png").stat().st_size > 5000
+    assert (out / "mps-logs" / "check" / "control.log").is_file()
+    saved = json.loads((out / "results.json").read_text())
+    assert saved["mps"]["physical_device"] == 1 and saved["environment"]["lib"] == "fake"
+    # Device 1 of the XML is the A100: every client and the daemon saw only that GPU, by UUID.
+    a100 = "GPU-aaaaaaaa-bbbb-cccc-dddd-eeeeeeeeeeee"
+    for run in ("baseline/1", "timeslice/2", "mps/2"):
+        assert {c["visible"] for c in saved["bench"]["clients"][run]} == {a100}

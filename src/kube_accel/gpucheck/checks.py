@@ -16,10 +16,10 @@ DEFAULT_NS = (1, 2, 4, 8)
 SM_ROUNDING_TOLERANCE = 2
 
 
-def no_mps_env(private_empty_dir: str | os.PathLike, base: dict[str, str] | None = None) -> dict[str, str]:
+def no_mps_env(private_empty_dir: str | os.PathLike, extra: dict[str, str] | None = None) -> dict[str, str]:
     """Environment for clients that must NOT use MPS: an empty pipe directory, so a node-wide daemon in the
     default /tmp/nvidia-mps cannot silently turn the time-sliced runs into MPS runs."""
-    env = dict(os.environ if base is None else base)
+    env = {**os.environ, **(extra or {})}
     env[mps.PIPE_ENV] = str(private_empty_dir)
     env.pop("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", None)
     env.pop("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT", None)
@@ -43,6 +43,7 @@ def run_mps_check(
     thread_pct: int = 25,
     mem_limit_mib: int = 2048,
     over_margin_mib: int = 1024,
+    extra_env: dict[str, str] | None = None,
 ) -> dict:
     """Start a private daemon, set limits, prove a client is refused past the memory limit and sees fewer SMs,
     quit the daemon and prove no process of it remains. Each step is a named check; errors become failed
@@ -51,7 +52,7 @@ def run_mps_check(
     checks = out["checks"]
     with tempfile.TemporaryDirectory(prefix="kagc-nomps-") as empty:
         try:
-            full = clients.run_once([*client_base, "probe"], no_mps_env(empty))
+            full = clients.run_once([*client_base, "probe"], no_mps_env(empty, extra_env))
         except (clients.ClientError, OSError) as exc:
             checks.append(_check("client without MPS", False, str(exc)))
             out["ok"] = False
@@ -151,6 +152,7 @@ def run_benchmark(
     ready_timeout: float = 300.0,
     run_timeout: float = 300.0,
     log: Callable[[str], None] = lambda _msg: None,
+    extra_env: dict[str, str] | None = None,
 ) -> dict:
     """Baseline (1 process alone), time-sliced (N processes, no MPS) and MPS (N processes, private daemon)."""
     cmd = [*client_base, "bench", *(workload_args or [])]
@@ -168,7 +170,7 @@ def run_benchmark(
             errors.append({"mode": mode, "n": n, "error": str(exc)})
 
     with tempfile.TemporaryDirectory(prefix="kagc-nomps-") as empty:
-        env = no_mps_env(empty)
+        env = no_mps_env(empty, extra_env)
         one("baseline", 1, env)
         for n in ns:
             one("timeslice", n, env)
@@ -206,8 +208,14 @@ def workload_args(batch: int, size: int, dtype: str, warmup: int, duration: floa
     ]
 
 
-def default_daemon_factory(control: str, logs_dir: str | os.PathLike | None = None, name: str = "mps"):
+def default_daemon_factory(
+    control: str,
+    logs_dir: str | os.PathLike | None = None,
+    name: str = "mps",
+    extra_env: dict[str, str] | None = None,
+):
     def factory() -> mps.MpsDaemon:
-        return mps.MpsDaemon(control=control, keep_logs_in=Path(logs_dir) / name if logs_dir else None)
+        logs = Path(logs_dir) / name if logs_dir else None
+        return mps.MpsDaemon(control=control, keep_logs_in=logs, extra_env=extra_env)
 
     return factory

@@ -115,35 +115,42 @@ def run_facts(args, smi_data: dict | None) -> dict:
     return result
 
 
-def _client_env_device(args) -> dict[str, str]:
-    # The tested GPU becomes ordinal 0 for the daemon and every client; MPS commands then address device 0.
-    return {"CUDA_VISIBLE_DEVICES": str(args.device)}
+def client_env(device: int, smi_data: dict | None) -> dict[str, str]:
+    """Make the tested GPU ordinal 0 for the daemon and every client; MPS commands then address device 0.
+
+    By UUID when nvidia-smi gave one: CUDA numbers devices fastest-first by default, which need not be the
+    NVML/nvidia-smi index order.
+    """
+    gpus = (smi_data or {}).get("gpus") or []
+    uuid = gpus[device].get("uuid") if 0 <= device < len(gpus) else None
+    return {"CUDA_VISIBLE_DEVICES": uuid or str(device), "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
 
 
-def run_mps(args) -> dict:
-    import os
-
-    os.environ.update(_client_env_device(args))
+def run_mps(args, smi_data: dict | None) -> dict:
+    extra = client_env(args.device, smi_data)
     base = clients.client_command(args.python, args.lib)
     logs = args.out / "mps-logs" if args.out else None
-    factory = checks.default_daemon_factory(args.mps_control, logs, "check")
+    factory = checks.default_daemon_factory(args.mps_control, logs, "check", extra)
     result = checks.run_mps_check(
-        base, factory, device=0, thread_pct=args.thread_percentage, mem_limit_mib=args.mem_limit_mib
+        base,
+        factory,
+        device=0,
+        thread_pct=args.thread_percentage,
+        mem_limit_mib=args.mem_limit_mib,
+        extra_env=extra,
     )
     result["physical_device"] = args.device
     return result
 
 
-def run_bench(args) -> dict:
-    import os
-
-    os.environ.update(_client_env_device(args))
+def run_bench(args, smi_data: dict | None) -> dict:
+    extra = client_env(args.device, smi_data)
     base = clients.client_command(args.python, args.lib)
     logs = args.out / "mps-logs" if args.out else None
-    factory = checks.default_daemon_factory(args.mps_control, logs, "bench")
+    factory = checks.default_daemon_factory(args.mps_control, logs, "bench", extra)
     wargs = checks.workload_args(args.batch, args.size, args.dtype, args.warmup, args.duration)
     result = checks.run_benchmark(
-        base, factory, args.clients, wargs, log=lambda msg: print(msg, file=sys.stderr, flush=True)
+        base, factory, args.clients, wargs, log=lambda msg: print(msg, file=sys.stderr, flush=True), extra_env=extra
     )
     result["physical_device"] = args.device
     return result
@@ -158,6 +165,17 @@ def environment(smi_data: dict | None, args) -> dict:
         if 0 <= args.device < len(gpus):
             env["gpu"] = gpus[args.device].get("name")
     return env
+
+
+def _note_library(results: dict) -> None:
+    """Record which GPU library the clients used (reported by the clients themselves)."""
+    env = results["environment"]
+    mps_result = results.get("mps") or {}
+    if mps_result.get("lib"):
+        env["lib"] = mps_result["lib"]
+    for runs in ((results.get("bench") or {}).get("clients") or {}).values():
+        if runs and runs[0].get("lib"):
+            env.setdefault("lib", runs[0]["lib"])
 
 
 def exit_status(results: dict) -> int:
@@ -185,11 +203,12 @@ def main(argv: list[str] | None = None) -> int:
         elif not present:
             results[name] = {"skipped": reason}
         elif name == "mps":
-            results["mps"] = run_mps(args)
+            results["mps"] = run_mps(args, smi_data)
         else:
-            results["bench"] = run_bench(args)
+            results["bench"] = run_bench(args, smi_data)
         if results[name].get("skipped"):
             print(f"{name}: skipped: {results[name]['skipped']}", file=sys.stderr)
+    _note_library(results)
     if args.out:
         for path in report.write_results(results, args.out):
             print(f"wrote {path}", file=sys.stderr)

@@ -23,6 +23,8 @@ from . import procs
 PID_FILE = "nvidia-cuda-mps-control.pid"
 PIPE_ENV = "CUDA_MPS_PIPE_DIRECTORY"
 LOG_ENV = "CUDA_MPS_LOG_DIRECTORY"
+# Seconds to wait for the pid file before looking for the daemon through its environment instead.
+PID_FILE_GRACE = 2.0
 
 # Daemons started by this process and not yet stopped; stopped at interpreter exit as a last resort.
 _ACTIVE: set[MpsDaemon] = set()
@@ -141,6 +143,7 @@ class MpsDaemon:
                 raise MpsError(f"{self.control} -d exited {result.returncode}: {result.stderr.strip()}")
             self.pid = self._wait_for_pid()
             self._remember(self.pid)
+            self._wait_until_ready()
         except BaseException:
             self.stop()
             raise
@@ -148,18 +151,33 @@ class MpsDaemon:
 
     def _wait_for_pid(self) -> int:
         pid_file = self.pipe_dir / PID_FILE
-        deadline = time.monotonic() + self.start_timeout
+        started = time.monotonic()
+        deadline = started + self.start_timeout
         while time.monotonic() < deadline:
             if pid_file.is_file():
                 text = pid_file.read_text().strip()
                 if text.isdigit() and procs.is_running(int(text)):
                     return int(text)
-            # Fallback for daemons that write no pid file: the process carrying our unique pipe directory.
-            found = [p for p in procs.pids_with_env(PIPE_ENV, str(self.pipe_dir)) if self._looks_like_control(p)]
-            if found:
-                return min(found)
+            # Fallback for a daemon that writes no pid file: after a grace period, the process carrying our
+            # unique pipe directory under the control executable's name.
+            if time.monotonic() - started > PID_FILE_GRACE:
+                found = [p for p in procs.pids_with_env(PIPE_ENV, str(self.pipe_dir)) if self._looks_like_control(p)]
+                if found:
+                    return min(found)
             time.sleep(0.05)
         raise MpsError(f"MPS control daemon did not come up within {self.start_timeout}s (no {pid_file})")
+
+    def _wait_until_ready(self) -> None:
+        """The daemon may exist before it accepts commands; a harmless query tells when it does."""
+        deadline = time.monotonic() + self.start_timeout
+        while True:
+            try:
+                self.command("get_default_active_thread_percentage", timeout=self.start_timeout)
+                return
+            except MpsError:
+                if time.monotonic() >= deadline:
+                    raise
+                time.sleep(0.1)
 
     def _looks_like_control(self, pid: int) -> bool:
         try:

@@ -113,3 +113,15 @@ def did_you_mean(name: str, candidates=None) -> str | None:
     prefixed = name.startswith("accel_")
     match = difflib.get_close_matches(name.removeprefix("accel_"), list(bare), n=1, cutoff=0.6 if prefixed else 0.85)
     return bare[match[0]] if match else None
+
+
+def variables_markdown(scopes=("cluster", "pool", "lab")) -> str:
+    """The variable table for READMEs: | Variable | Scope | Type | Allowed | Description |."""
+    rows = ["| Variable | Scope | Type | Allowed | Description |", "|---|---|---|---|---|"]
+    for name, entry in VARIABLES.items():
+        if entry["scope"] not in scopes:
+            continue
+        kind = entry["type"] + (f" of {entry['elements']}" if "elements" in entry else "")
+        allowed = ", ".join(f"`{c}`" for c in entry.get("choices", []))
+        rows.append(f"| `{name}` | {entry['scope']} | {kind} | {allowed} | {entry['description']} |")
+    return "\n".join(rows) + "\n"

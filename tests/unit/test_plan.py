@@ -306,3 +306,8 @@ def test_variable_list_covers_the_inventories():
     assert used and used <= set(accel_inventory.VARIABLES)
     for name, entry in accel_inventory.VARIABLES.items():
         assert entry["scope"] in ("cluster", "pool", "lab") and entry["description"], name
+
+
+def test_role_readme_lists_every_variable():
+    readme = (REPO / "roles/preflight/README.md").read_text()
+    assert accel_inventory.variables_markdown() in readme

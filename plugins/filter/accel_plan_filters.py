@@ -67,6 +67,24 @@ def accel_mig_parted_config(geometries, device_ids=None):
         raise AnsibleFilterError(str(exc)) from exc
 
 
+def accel_mig_parted_config_from_hostvars(hostvars, hosts):
+    """``hostvars | accel_mig_parted_config_from_hostvars(groups['gpu_pools'])`` -> mig-parted document with one
+    config per MIG pool (accel_pool, accel_mig_geometry), device filters from the hosts' nvidia_gpus facts."""
+    plan = {}
+    for host in hosts:
+        host_vars = hostvars[host]
+        gpus = (host_vars.get("nvidia_gpus") or {}).get("gpus") or []
+        plan[str(host)] = {
+            "pool": host_vars.get("accel_pool"),
+            "geometry": _plain(host_vars.get("accel_mig_geometry") or {}),
+            "device_ids": [str(g.get("pci_device_id")) for g in gpus if g.get("pci_device_id")],
+        }
+    try:
+        return accel_mig.mig_parted_config_for_hosts(plan)
+    except ValueError as exc:
+        raise AnsibleFilterError(str(exc)) from exc
+
+
 class FilterModule:
     def filters(self):
         return {
@@ -77,4 +95,5 @@ class FilterModule:
             "accel_mig_placement": accel_mig_placement,
             "accel_mig_config_name": accel_mig_config_name,
             "accel_mig_parted_config": accel_mig_parted_config,
+            "accel_mig_parted_config_from_hostvars": accel_mig_parted_config_from_hostvars,
         }

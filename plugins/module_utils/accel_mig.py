@@ -12,7 +12,8 @@ Public API (used by the preflight filters, the host ``mig`` role and the GPU Ope
 - ``valid_combinations(family, include_2x=True)`` / ``maximal_combinations(...)``: the enumerations the unit tests
   compare with the published tables.
 - ``mig_config_name(pool)`` and ``mig_parted_config(geometries, device_ids=None)``: a mig-parted ``version: v1``
-  document.
+  document; ``mig_parted_config_for_hosts({host: {pool, geometry, device_ids}})`` builds it for an inventory's MIG
+  pools (one config per pool, device filters from the GPUs the hosts reported).
 
 Everything is keyed by PCI device ID, never by profile name alone: ``1g.10gb`` is the two-memory-slice profile on
 A100-40GB but the base profile on A100-80GB, and ``1g.35gb`` is H200's ``1g.2x`` but GB300's ``1g``.
@@ -334,3 +335,31 @@ def mig_parted_config(geometries: dict, device_ids: dict | None = None) -> dict:
             "mig-devices": geometry,
         }]
     return {"version": "v1", "mig-configs": configs}
+
+
+def mig_parted_config_for_hosts(hosts: dict) -> dict:
+    """mig-parted document for the MIG pools of an inventory.
+
+    ``hosts``: host -> ``{"pool": accel_pool, "geometry": accel_mig_geometry, "device_ids": [pci_device_id, ...]}``
+    (device IDs from the host's ``nvidia_gpus`` facts; empty when not gathered). Hosts without a geometry are
+    skipped. One config per pool (``mig_config_name``); its device filter covers the device IDs seen on the pool's
+    hosts, or every model the geometry fits when no host reported its GPUs. Raises ``ValueError`` when two hosts
+    of one pool disagree on the geometry, or when a geometry is illegal.
+    """
+    geometries: dict[str, dict] = {}
+    device_ids: dict[str, set] = {}
+    owners: dict[str, str] = {}
+    for host in sorted(hosts):
+        entry = hosts[host] or {}
+        geometry = dict(entry.get("geometry") or {})
+        if not geometry:
+            continue
+        name = mig_config_name(entry.get("pool") or host)
+        if name in geometries and geometries[name] != geometry:
+            raise ValueError(f"mig config {name}: hosts {owners[name]} and {host} of one pool have different "
+                             f"geometries {geometries[name]} and {geometry}")
+        geometries[name] = geometry
+        owners.setdefault(name, host)
+        ids = {normalize_device_id(d) for d in entry.get("device_ids") or [] if model_for_device(d)}
+        device_ids.setdefault(name, set()).update(ids)
+    return mig_parted_config(geometries, {k: sorted(v) for k, v in device_ids.items() if v})

@@ -162,3 +162,31 @@ def test_filters_expose_the_mig_functions():
     assert filters["accel_mig_geometry_problems"]({"2g.12gb": 3}, "0x20B710DE")
     assert filters["accel_mig_placement"]({"4g.24gb": 1}, "0x20B710DE") == [["4g.24gb", 0]]
     assert filters["accel_mig_placement"]({"4g.24gb": 2}, "0x20B710DE") is None
+
+
+def test_mig_parted_config_for_hosts_uses_the_devices_seen():
+    layout = {"3g.40gb": 1, "2g.20gb": 1, "1g.10gb": 2}
+    doc = mig.mig_parted_config_for_hosts({
+        "mig-0": {"pool": "mig", "geometry": layout, "device_ids": ["0x20B210DE"]},
+        "mig-1": {"pool": "mig", "geometry": layout, "device_ids": ["0x233010DE", "0x1EB810DE"]},
+        "hami-0": {"pool": "hami", "geometry": {}, "device_ids": ["0x233010DE"]},
+        "a30-0": {"pool": "a30-mig", "geometry": {"4g.24gb": 1}, "device_ids": []},
+    })
+    configs = doc["mig-configs"]
+    assert sorted(configs) == ["all-disabled", "kube-accel-a30-mig", "kube-accel-mig"]
+    assert configs["kube-accel-mig"][0]["device-filter"] == ["0x20B210DE", "0x233010DE"]
+    assert configs["kube-accel-a30-mig"][0]["device-filter"] == "0x20B710DE"
+    with pytest.raises(ValueError, match="have different geometries"):
+        mig.mig_parted_config_for_hosts({"a": {"pool": "p", "geometry": {"7g.80gb": 1}},
+                                         "b": {"pool": "p", "geometry": {"3g.40gb": 2}}})
+
+
+def test_filter_builds_the_config_from_hostvars():
+    hostvars = {
+        "lab-mig-0": {"accel_pool": "mig", "accel_mig_geometry": {"1g.10gb": 7},
+                      "nvidia_gpus": {"gpus": [{"pci_device_id": "0x20B210DE"}]}},
+        "lab-pgpu-0": {"accel_pool": "pgpu"},
+    }
+    doc = FilterModule().filters()["accel_mig_parted_config_from_hostvars"](hostvars, ["lab-mig-0", "lab-pgpu-0"])
+    assert doc["mig-configs"]["kube-accel-mig"] == [
+        {"device-filter": "0x20B210DE", "devices": "all", "mig-enabled": True, "mig-devices": {"1g.10gb": 7}}]

@@ -129,3 +129,76 @@ def release_key(settings: dict[str, Any]) -> str:
     if settings["mode"] == "vgpu":
         return f"vgpu-{settings.get('vgpu_backend', 'hami')}"
     return settings["mode"]
+
+
+def desired_nodes(pools: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Node name -> {labels, taints} for every host of every pool."""
+    nodes = {}
+    for pool in pools:
+        settings = pool["settings"]
+        taints = []
+        if settings.get("node_taint"):
+            taints.append({"key": LABELS["pool"], "value": str(settings["pool"]), "effect": "NoSchedule"})
+        for host in pool["hosts"]:
+            nodes[host] = {"labels": node_labels(settings), "taints": taints}
+    return nodes
+
+
+def chart_for(key: str) -> str:
+    """The chart directory (under charts/) a release key installs."""
+    return "vgpu" if key.startswith("vgpu-") else key
+
+
+def release_values(key: str, pools: list[dict[str, Any]], cluster: dict[str, Any],
+                   gpu_memory_mib: dict[str, int] | None = None) -> dict[str, Any]:
+    """Values of one release (see ``release_key``) serving ``pools``.
+
+    ``cluster``: cluster-wide settings without the ``accel_`` prefix (image_registry, image_pull_secrets).
+    ``gpu_memory_mib``: pool -> GPU memory, from the facts, for the MPS pinned-memory notes.
+    """
+    names = [p["pool"] for p in pools]
+    values: dict[str, Any] = {
+        "global": {
+            "imageRegistry": cluster.get("image_registry") or "",
+            "imagePullSecrets": list(cluster.get("image_pull_secrets") or []),
+        },
+        "poolLabelKey": LABELS["pool"],
+        "pools": names,
+    }
+    if any(p["settings"].get("node_taint") for p in pools):
+        values["tolerations"] = [
+            {"key": "CriticalAddonsOnly", "operator": "Exists"},
+            {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
+            {"key": LABELS["pool"], "operator": "Exists", "effect": "NoSchedule"},
+        ]
+    if key == "pgpu":
+        vfio = [p["pool"] for p in pools if p["settings"].get("vfio_passthrough")]
+        values["pools"] = [n for n in names if n not in vfio] or names[:0]
+        if vfio:
+            values["passthrough"] = {"enabled": True, "pools": vfio}
+        # The static CPU manager rewrites cgroups; device specs keep GPU access (upstream compat mode).
+        values["compatWithCPUManager"] = any(p["settings"].get("numa_policy", "none") != "none" for p in pools)
+    elif key == "mps":
+        configs: dict[str, Any] = {}
+        for p in pools:
+            replicas = int(p["settings"].get("mps_replicas", 2))
+            name = device_plugin_config(p["settings"])
+            # Pools sharing a config may differ in GPU memory: the notes quote the smallest.
+            memories = [m for m in ((gpu_memory_mib or {}).get(p["pool"], 0),
+                                    configs.get(name, {}).get("gpuMemoryMiB", 0)) if m]
+            configs[name] = {"replicas": replicas, "renameByDefault": False, "failRequestsGreaterThanOne": True,
+                             "gpuMemoryMiB": min(memories, default=0)}
+        values["configs"] = configs
+        values["defaultConfig"] = sorted(configs)[0]
+    elif key.startswith("vgpu-"):
+        backend = key[len("vgpu-"):]
+        values["backend"] = backend
+        if backend == "hami":
+            first = pools[0]["settings"]
+            values["hami"] = {
+                "deviceSplitCount": int(first.get("vgpu_split_count", 10)),
+                "deviceMemoryScaling": float(first.get("vgpu_memory_scaling", 1.0)),
+                "deviceCoreScaling": float(first.get("vgpu_core_scaling", 1.0)),
+                "schedulerPolicy": first.get("vgpu_scheduler_policy", "binpack"),
+            }
+    return values

@@ -1,0 +1,93 @@
+# Copyright: kube-accel contributors
+# Apache License 2.0
+"""Filters turning the inventory's pools into cluster state: node labels/taints and chart releases."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+# Controller-side plugins do not see the module_utils path of ansible.cfg; install the same name resolution.
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import accel_import  # noqa: E402
+
+accel_import.install()
+from ansible.module_utils import accel_pools  # noqa: E402
+
+
+def _plain(hostvars, host):
+    # HostVars templates lazily; read only the accel_* names (and the facts) of each host.
+    hv = hostvars[host]
+    return {k: hv[k] for k in hv if k.startswith("accel_") or k == "nvidia_gpus"}
+
+
+def accel_pools_of(hosts, hostvars):
+    """``groups['gpu_pools'] | accel_pools_of(hostvars)`` -> [{pool, settings, hosts, gpu_memory_mib}]."""
+    plain = {h: _plain(hostvars, h) for h in hosts}
+    pools = accel_pools.collect_pools(plain)
+    for pool in pools:
+        facts = plain[pool["hosts"][0]].get("nvidia_gpus") or {}
+        gpus = facts.get("gpus") or []
+        pool["gpu_count"] = int(facts.get("count") or 0)
+        pool["gpu_memory_mib"] = int(gpus[0]["memory_total_mib"]) if gpus else 0
+    return pools
+
+
+def accel_desired_nodes(pools):
+    return accel_pools.desired_nodes(pools)
+
+
+def accel_managed_label_keys(_=None):
+    return sorted(accel_pools.managed_label_keys())
+
+
+def accel_releases(pools, cluster, prefix="kube-accel"):
+    """Pools grouped into releases: [{name, chart, values, pools}] (one per mode, one per vGPU backend)."""
+    grouped: dict[str, list] = {}
+    for pool in pools:
+        grouped.setdefault(accel_pools.release_key(pool["settings"]), []).append(pool)
+    releases = []
+    for key in sorted(grouped):
+        members = grouped[key]
+        memory = {p["pool"]: p.get("gpu_memory_mib", 0) for p in members}
+        releases.append({
+            "name": f"{prefix}-{key}",
+            "key": key,
+            "chart": accel_pools.chart_for(key),
+            "values": accel_pools.release_values(key, members, cluster, memory),
+            "pools": [p["pool"] for p in members],
+        })
+    return releases
+
+
+def accel_verify_pools(pools, releases):
+    """The verify module's pool list: expected labels, resources and the Job request per pool."""
+    by_pool = {pool: r["name"] for r in releases for pool in r["pools"]}
+    out = []
+    for pool in pools:
+        settings = pool["settings"]
+        expected = accel_pools.advertised_resources(settings, pool.get("gpu_count", 0), pool.get("gpu_memory_mib", 0))
+        if not expected:
+            # No GPU facts for this pool: the resource must still be there, in any positive quantity.
+            expected = dict.fromkeys(accel_pools.advertised_resources(settings, 1, 16384), 0)
+        out.append({
+            "pool": pool["pool"],
+            "mode": settings["mode"],
+            "release": by_pool[pool["pool"]],
+            "nodes": pool["hosts"],
+            "labels": accel_pools.node_labels(settings),
+            "resources": expected,
+            "request": accel_pools.request_for(settings),
+        })
+    return out
+
+
+class FilterModule:
+    def filters(self):
+        return {
+            "accel_pools_of": accel_pools_of,
+            "accel_desired_nodes": accel_desired_nodes,
+            "accel_managed_label_keys": accel_managed_label_keys,
+            "accel_releases": accel_releases,
+            "accel_verify_pools": accel_verify_pools,
+        }

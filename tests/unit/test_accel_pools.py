@@ -68,3 +68,40 @@ def test_requests_fit_the_gpu_manager_contract():
     core = int(req["tencent.com/vcuda-core"])
     assert 1 <= core <= 100 or core % 100 == 0
     assert ap.request_for(s(mode="mps")) == {"nvidia.com/gpu": "1"}
+
+
+def _pool(name, hosts, **settings):
+    return {"pool": name, "hosts": hosts, "settings": {"pool": name, **settings}}
+
+
+def test_desired_nodes_taint_only_tainted_pools():
+    nodes = ap.desired_nodes([_pool("a", ["n1"], mode="pgpu", node_taint=True), _pool("b", ["n2"], mode="mps")])
+    assert nodes["n1"]["taints"] == [{"key": "kube-accel.io/pool", "value": "a", "effect": "NoSchedule"}]
+    assert nodes["n2"]["taints"] == []
+    assert nodes["n2"]["labels"]["kube-accel.io/pool"] == "b"
+
+
+def test_release_values_per_mode():
+    cluster = {"image_registry": "mirror.example/r", "image_pull_secrets": ["pull"]}
+    pgpu = ap.release_values("pgpu", [_pool("train", ["n"], mode="pgpu", numa_policy="single-numa-node"),
+                                      _pool("vm", ["v"], mode="pgpu", vfio_passthrough=True)], cluster)
+    assert pgpu["global"] == {"imageRegistry": "mirror.example/r", "imagePullSecrets": ["pull"]}
+    assert pgpu["pools"] == ["train"]
+    assert pgpu["passthrough"] == {"enabled": True, "pools": ["vm"]}
+    assert pgpu["compatWithCPUManager"] is True
+    assert "tolerations" not in pgpu
+    mps = ap.release_values("mps", [_pool("a", ["n"], mode="mps", mps_replicas=4, node_taint=True),
+                                    _pool("b", ["m"], mode="mps", mps_replicas=8),
+                                    _pool("c", ["o"], mode="mps", mps_replicas=4)], {},
+                            {"a": 24576, "b": 81920, "c": 16384})
+    assert mps["configs"]["mps-4"]["replicas"] == 4
+    assert mps["configs"]["mps-4"]["gpuMemoryMiB"] == 16384  # smallest GPU among pools sharing mps-4
+    assert mps["configs"]["mps-8"]["gpuMemoryMiB"] == 81920
+    assert mps["defaultConfig"] == "mps-4"
+    assert {"key": "kube-accel.io/pool", "operator": "Exists", "effect": "NoSchedule"} in mps["tolerations"]
+    hami = ap.release_values("vgpu-hami", [_pool("h", ["n"], mode="vgpu", vgpu_split_count=5,
+                                                 vgpu_scheduler_policy="spread")], {})
+    assert hami["backend"] == "hami"
+    assert hami["hami"]["deviceSplitCount"] == 5 and hami["hami"]["schedulerPolicy"] == "spread"
+    assert ap.release_values("vgpu-gpu-manager", [_pool("g", ["n"], mode="vgpu")], {})["backend"] == "gpu-manager"
+    assert ap.chart_for("vgpu-hami") == "vgpu" and ap.chart_for("mps") == "mps"

@@ -141,8 +141,28 @@ def rule_vgpu_backend(ctx: Context) -> list[str]:
     return problems
 
 
-def _mig_planned(ctx: Context) -> bool:
-    return bool(ctx.get("accel_mig_geometry")) or ctx.get("accel_mig_strategy") in ("single", "mixed")
+def rule_hami_settings(ctx: Context) -> list[str]:
+    if ctx.get("accel_mode") != "vgpu" or ctx.get("accel_vgpu_backend") != "hami":
+        return []
+    problems = []
+    if "accel_vgpu_split_count" in ctx.settings:
+        raw = ctx.get("accel_vgpu_split_count")
+        split = _as_int(raw)
+        if split is None or split < 1:
+            problems.append(ctx.problem("accel_vgpu_split_count", raw, "not a positive task count",
+                                        "an integer >= 1 (tasks sharing one GPU)"))
+    for name in ("accel_vgpu_memory_scaling", "accel_vgpu_core_scaling"):
+        if name not in ctx.settings:
+            continue
+        raw = ctx.get(name)
+        try:
+            ok = not isinstance(raw, bool) and float(raw) > 0
+        except (TypeError, ValueError):
+            ok = False
+        if not ok:
+            problems.append(ctx.problem(name, raw, "not a positive factor",
+                                        "a number > 0 (1.0 = no oversubscription)"))
+    return problems
 
 
 def rule_mig_exclusive(ctx: Context) -> list[str]:
@@ -224,6 +244,16 @@ def rule_mig_geometry(ctx: Context) -> list[str]:
                                     f"{closest[1][0]})",
                                     "a geometry legal on the pool's GPU model"))
     return problems
+
+
+def rule_mig_owner(ctx: Context) -> list[str]:
+    if not ctx.get("accel_mig_geometry") or ctx.get("accel_mig_owner", "operator") != "operator":
+        return []
+    if "accel_gpu_operator_enabled" in ctx.settings and not _as_bool(ctx.get("accel_gpu_operator_enabled")):
+        return [ctx.problem("accel_mig_owner", ctx.get("accel_mig_owner", "operator"),
+                            "the GPU Operator's mig-manager applies the geometry, but accel_gpu_operator_enabled "
+                            "is false", "accel_mig_owner: host, or accel_gpu_operator_enabled: true")]
+    return []
 
 
 def rule_sriov(ctx: Context) -> list[str]:
@@ -310,9 +340,11 @@ RULES = (
     rule_mode,
     rule_one_pool,
     rule_vgpu_backend,
+    rule_hami_settings,
     rule_mig_exclusive,
     rule_mps,
     rule_mig_geometry,
+    rule_mig_owner,
     rule_sriov,
     rule_vfio,
     rule_kubernetes_numa,

@@ -311,3 +311,25 @@ def test_variable_list_covers_the_inventories():
 def test_role_readme_lists_every_variable():
     readme = (REPO / "roles/preflight/README.md").read_text()
     assert accel_inventory.variables_markdown() in readme
+
+
+def test_rule_hami_settings():
+    good = pool(mode="vgpu", vgpu_backend="hami", vgpu_split_count=10, vgpu_memory_scaling=1.5, vgpu_core_scaling=1)
+    assert check(good, gpus("h100-80gb")) == []
+    bad = pool(mode="vgpu", vgpu_backend="hami", vgpu_split_count=0, vgpu_memory_scaling=-1, vgpu_core_scaling="x")
+    assert check(bad, gpus("h100-80gb")) == [
+        "gpu-01: accel_vgpu_split_count = 0: not a positive task count; allowed: an integer >= 1 (tasks sharing one "
+        "GPU)",
+        "gpu-01: accel_vgpu_memory_scaling = -1: not a positive factor; allowed: a number > 0 (1.0 = no "
+        "oversubscription)",
+        "gpu-01: accel_vgpu_core_scaling = 'x': not a positive factor; allowed: a number > 0 (1.0 = no "
+        "oversubscription)"]
+
+
+def test_rule_mig_owner_operator_needs_the_operator():
+    settings = pool(mode="pgpu", mig_strategy="mixed", mig_geometry={"1g.10gb": 7}, gpu_operator_enabled=False)
+    assert check({**settings, "accel_mig_owner": "host"}, gpus("a100-80gb")) == []
+    assert check({**settings, "accel_gpu_operator_enabled": True}, gpus("a100-80gb")) == []
+    assert check(settings, gpus("a100-80gb")) == [
+        "gpu-01: accel_mig_owner = 'operator': the GPU Operator's mig-manager applies the geometry, but "
+        "accel_gpu_operator_enabled is false; allowed: accel_mig_owner: host, or accel_gpu_operator_enabled: true"]

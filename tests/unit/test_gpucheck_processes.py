@@ -166,7 +166,9 @@ def mps_state():
     if ask(f"start_server -uid {os.getuid()}") is None:
         return None
     pct = float(ask("get_default_active_thread_percentage"))
-    limit = ask("get_default_device_pinned_mem_limit 0")
+    # The tool names the device by UUID when it has one (CUDA_VISIBLE_DEVICES), else ordinal 0.
+    device = os.environ.get("CUDA_VISIBLE_DEVICES", "0")
+    limit = ask(f"get_default_device_pinned_mem_limit {device}") or ask("get_default_device_pinned_mem_limit 0")
     return pct, (int(limit[:-1]) if limit else None)
 
 
@@ -513,13 +515,16 @@ def test_cli_all_end_to_end_on_stand_ins(control, client_base, tmp_path, monkeyp
     assert cli.main(argv) == cli.EXIT_OK, capsys.readouterr()
     md = (out / "results.md").read_text()
     assert "Facts vs nvidia-smi: **PASS**" in md
-    assert "MPS limits (thread 25 %, pinned memory 2048 MiB on device 0): **PASS**" in md
+    assert "MPS limits (thread 25 %, pinned memory 2048 MiB on device 1): **PASS**" in md
     assert "| MPS | 2 |" in md and "| time-sliced | 2 |" in md and "| baseline (1 process alone) | 1 |" in md
     assert (out / "bench.png").stat().st_size > 5000
     assert (out / "mps-logs" / "check" / "control.log").is_file()
     saved = json.loads((out / "results.json").read_text())
     assert saved["mps"]["physical_device"] == 1 and saved["environment"]["lib"] == "fake"
-    # Device 1 of the XML is the A100: every client and the daemon saw only that GPU, by UUID.
     a100 = "GPU-aaaaaaaa-bbbb-cccc-dddd-eeeeeeeeeeee"
+    assert saved["mps"]["device"] == a100  # the limit was set on the tested GPU, named by UUID
+    sent = (out / "mps-logs" / "check" / "control.log").read_text()
+    assert f"cmd: set_default_device_pinned_mem_limit {a100} 2048M" in sent
+    # Device 1 of the XML is the A100: every client and the daemon saw only that GPU, by UUID.
     for run in ("baseline/1", "timeslice/2", "mps/2"):
         assert {c["visible"] for c in saved["bench"]["clients"][run]} == {a100}

@@ -131,10 +131,12 @@ def run_mps(args, smi_data: dict | None) -> dict:
     base = clients.client_command(args.python, args.lib)
     logs = args.out / "mps-logs" if args.out else None
     factory = checks.default_daemon_factory(args.mps_control, logs, "check", extra)
+    # MPS takes a device ordinal or UUID; the UUID cannot be misread whatever CUDA_VISIBLE_DEVICES does.
+    visible = extra["CUDA_VISIBLE_DEVICES"]
     result = checks.run_mps_check(
         base,
         factory,
-        device=0,
+        device=visible if visible.startswith(("GPU-", "MIG-")) else 0,
         thread_pct=args.thread_percentage,
         mem_limit_mib=args.mem_limit_mib,
         extra_env=extra,

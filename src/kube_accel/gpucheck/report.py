@@ -40,7 +40,7 @@ def render_facts(result: dict) -> str:
 def render_mps(result: dict) -> str:
     lines = [
         f"MPS limits (thread {result['thread_percentage']} %, pinned memory {result['mem_limit_mib']} MiB "
-        f"on device {result['device']}): **{'PASS' if result['ok'] else 'FAIL'}**",
+        f"on device {result.get('physical_device', result['device'])}): **{'PASS' if result['ok'] else 'FAIL'}**",
         "",
         "| Check | Result | Detail |",
         "|---|---|---|",

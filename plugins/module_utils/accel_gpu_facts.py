@@ -6,6 +6,7 @@ Public API (stable; used by the ``nvidia_gpu_facts`` module, the lab scripts and
 
 - ``gather(source, sysfs=None) -> dict``: the ``nvidia_gpus`` fact. Never raises for a missing driver, library or
   GPU: it returns ``count: 0`` and a ``reason``.
+- ``gather_facts() -> dict``: ``gather(PynvmlSource())``, this host's real GPUs (used by kube-accel-gpucheck).
 - ``PynvmlSource()``: real NVML through pynvml (package nvidia-ml-py), imported lazily.
 - ``RecordedSource.from_file(path)`` / ``RecordedSource(data, name=...)``: a snapshot JSON (``tests/data/nvml``).
   A snapshot carries the sysfs/procfs files it needs, so ``gather`` reads those unless a ``sysfs`` is given.
@@ -347,3 +348,8 @@ def gather(source: NvmlSource, sysfs: Sysfs | None = None) -> dict:
     facts.update(_host_level(sysfs))
     facts["sriov_capable"] = any(gpu["sriov_totalvfs"] > 0 for gpu in facts["gpus"])
     return facts
+
+
+def gather_facts() -> dict:
+    """The ``nvidia_gpus`` fact of this host from real NVML and sysfs."""
+    return gather(PynvmlSource())

@@ -308,3 +308,10 @@ def test_module_without_snapshot_on_this_machine():
     assert gpus["source"] == "nvml"
     if gpus["count"] == 0:
         assert gpus["reason"]
+
+
+def test_gather_facts_entry_point_uses_real_nvml(monkeypatch):
+    data = _snapshot("a30")
+    monkeypatch.setitem(sys.modules, "pynvml", FakePynvml(data))
+    result = facts.gather_facts()
+    assert result["source"] == "nvml" and result["gpus"][0]["name"] == "NVIDIA A30"

@@ -12,7 +12,7 @@ import yaml
 
 REPO = Path(__file__).resolve().parents[2]
 CHARTS_DIR = REPO / "charts"
-CHARTS = tuple(c for c in ("pgpu", "mps", "vgpu") if (CHARTS_DIR / c / "Chart.yaml").exists())
+CHARTS = ("pgpu", "mps", "vgpu")
 VALUES_DIR = Path(__file__).resolve().parent / "values"
 BAD_DIR = Path(__file__).resolve().parent / "bad"
 NAMESPACE = "kube-accel"

@@ -1,0 +1,135 @@
+{{/*
+Helpers shared by the kube-accel charts. Each chart carries an identical copy of this file
+(tests/charts/test_charts_static.py keeps them in sync) instead of a library chart, so the charts
+need no `helm dependency build` step and install from a plain checkout or an air-gapped mirror.
+*/}}
+
+{{- define "ka.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* Release names such as kube-accel-pgpu already contain the chart name: do not repeat it. */}}
+{{- define "ka.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- else if contains (include "ka.name" .) .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name (include "ka.name" .) | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+
+{{/* "<fullname>-<suffix>", kept within the 63 characters of a DNS label. */}}
+{{- define "ka.componentName" -}}
+{{- printf "%s-%s" (include "ka.fullname" .root) .component | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "ka.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* Selector labels: immutable on DaemonSets/Deployments, so no version in here. Call with (dict "root" $ "component" "x"). */}}
+{{- define "ka.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "ka.name" .root }}
+app.kubernetes.io/instance: {{ .root.Release.Name }}
+app.kubernetes.io/component: {{ .component }}
+{{- end -}}
+
+{{- define "ka.labels" -}}
+{{ include "ka.selectorLabels" . }}
+helm.sh/chart: {{ include "ka.chart" .root }}
+app.kubernetes.io/version: {{ .root.Chart.AppVersion | quote }}
+app.kubernetes.io/part-of: kube-accel
+app.kubernetes.io/managed-by: {{ .root.Release.Service }}
+{{- end -}}
+
+{{/*
+Image reference from {registry, repository, tag, digest}; global.imageRegistry replaces every registry
+so an air-gapped site pulls everything from one mirror. Call with (dict "root" $ "image" .Values.image).
+*/}}
+{{- define "ka.image" -}}
+{{- $registry := default .image.registry .root.Values.global.imageRegistry -}}
+{{- $ref := .image.repository -}}
+{{- if $registry -}}{{- $ref = printf "%s/%s" $registry .image.repository -}}{{- end -}}
+{{- if .image.digest -}}
+{{- printf "%s@%s" $ref .image.digest -}}
+{{- else -}}
+{{- printf "%s:%s" $ref (toString .image.tag) -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "ka.imagePullSecrets" -}}
+{{- with .Values.global.imagePullSecrets }}
+imagePullSecrets:
+{{- range . }}
+  - name: {{ . }}
+{{- end }}
+{{- end }}
+{{- end -}}
+
+{{/*
+Required node affinity on the product's pool label: a release serves exactly the pools listed in
+`pools` (or the list passed as .pools). The label key comes from values (default kube-accel.io/pool,
+the same constant as plugins/module_utils/accel_constants.py). Extra match expressions (.extra) are ANDed.
+*/}}
+{{- define "ka.poolAffinity" -}}
+nodeAffinity:
+  requiredDuringSchedulingIgnoredDuringExecution:
+    nodeSelectorTerms:
+      - matchExpressions:
+          - key: {{ .root.Values.poolLabelKey | quote }}
+            operator: In
+            values:
+              {{- range (default .root.Values.pools .pools) }}
+              - {{ . | quote }}
+              {{- end }}
+          {{- range .extra }}
+          - {{ toYaml . | nindent 12 | trim }}
+          {{- end }}
+{{- end -}}
+
+{{/* Pod-level defaults for components that are not privileged. */}}
+{{- define "ka.restrictedContainerSecurityContext" -}}
+allowPrivilegeEscalation: false
+readOnlyRootFilesystem: true
+runAsNonRoot: true
+runAsUser: 65532
+runAsGroup: 65532
+capabilities:
+  drop: ["ALL"]
+seccompProfile:
+  type: RuntimeDefault
+{{- end -}}
+
+{{/*
+Ingress-only NetworkPolicy for every pod of the release: node agents and tests accept no traffic,
+except metric ports named in .ports (from .from, a list of NetworkPolicyPeers). Egress stays open:
+components talk to the API server, whose address a NetworkPolicy cannot name portably.
+*/}}
+{{- define "ka.networkPolicy" -}}
+apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata:
+  name: {{ include "ka.componentName" (dict "root" .root "component" .component) }}
+  namespace: {{ .root.Release.Namespace }}
+  labels:
+    {{- include "ka.labels" (dict "root" .root "component" .component) | nindent 4 }}
+spec:
+  podSelector:
+    matchLabels:
+      {{- include "ka.selectorLabels" (dict "root" .root "component" .component) | nindent 6 }}
+  policyTypes: [Ingress]
+  {{- if .ports }}
+  ingress:
+    - ports:
+        {{- range .ports }}
+        - {protocol: TCP, port: {{ . }}}
+        {{- end }}
+      {{- with .from }}
+      from:
+        {{- toYaml . | nindent 8 }}
+      {{- end }}
+  {{- else }}
+  ingress: []
+  {{- end }}
+{{- end -}}

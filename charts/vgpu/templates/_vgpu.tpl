@@ -1,0 +1,150 @@
+{{/* Checks that JSON schema cannot express; each message names the field, the value and what is allowed. */}}
+{{- define "vgpu.validate" -}}
+{{- if eq .Release.Namespace "default" -}}
+{{- fail "namespace \"default\" is not allowed: install into the kube-accel namespace (--namespace kube-accel)" -}}
+{{- end -}}
+{{- if eq .Values.backend "gpu-manager" -}}
+{{- $core := int .Values.gpuManager.test.vcudaCore -}}
+{{- if and (gt $core 100) (ne (mod $core 100) 0) -}}
+{{- fail (printf "gpuManager.test.vcudaCore=%d is invalid: 1..99 asks for a fraction of one GPU, 100 or more must be a multiple of 100 (whole GPUs)" $core) -}}
+{{- end -}}
+{{- if contains "dockershim" .Values.gpuManager.containerRuntimeEndpoint -}}
+{{- fail (printf "gpuManager.containerRuntimeEndpoint=%s: dockershim was removed in Kubernetes 1.24; use the CRI socket, e.g. /run/containerd/containerd.sock" .Values.gpuManager.containerRuntimeEndpoint) -}}
+{{- end -}}
+{{- range .Values.gpuManager.extraFlags -}}
+{{- if or (hasPrefix "--container-runtime-endpoint" .) (hasPrefix "--cgroup-driver" .) -}}
+{{- fail (printf "gpuManager.extraFlags has %q: set gpuManager.containerRuntimeEndpoint / gpuManager.cgroupDriver instead" .) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- if eq .Values.backend "hami" -}}
+{{- if and .Values.hami.webhook.certManagerIssuer (ne .Values.hami.webhook.certs "cert-manager") -}}
+{{- fail (printf "hami.webhook.certManagerIssuer=%q is only used with hami.webhook.certs=cert-manager (now %q)" .Values.hami.webhook.certManagerIssuer .Values.hami.webhook.certs) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Extra node-affinity expressions of node agents: keep off nodes where the GPU Operator runs its device plugin. */}}
+{{- define "vgpu.agentAffinity" -}}
+{{- $extra := list -}}
+{{- if .Values.gpuOperator.disableDevicePlugin -}}
+{{- $extra = list (dict "key" .Values.gpuOperator.deployLabel "operator" "NotIn" "values" (list "true")) -}}
+{{- end -}}
+{{- include "ka.poolAffinity" (dict "root" . "extra" $extra) -}}
+{{- end -}}
+
+{{/* kube-scheduler image: the tag follows the cluster version unless set (v1.36.1+k3s1 -> v1.36.1). */}}
+{{- define "vgpu.kubeSchedulerImage" -}}
+{{- $img := deepCopy .Values.kubeScheduler.image -}}
+{{- if not $img.tag -}}
+{{- $_ := set $img "tag" (regexFind "^v?[0-9]+\\.[0-9]+\\.[0-9]+" .Capabilities.KubeVersion.Version) -}}
+{{- if not (hasPrefix "v" $img.tag) }}{{ $_ := set $img "tag" (printf "v%s" $img.tag) }}{{ end -}}
+{{- end -}}
+{{- include "ka.image" (dict "root" . "image" $img) -}}
+{{- end -}}
+
+{{/*
+RBAC of a second kube-scheduler (both backends). Call with (dict "root" $ "component" "scheduler" "lease" name).
+Built-in roles carry the scheduler's usual permissions; only the leader-election Lease of its own name needs a Role.
+*/}}
+{{- define "vgpu.schedulerRBAC" -}}
+{{- $name := include "ka.componentName" (dict "root" .root "component" .component) -}}
+{{- $ns := .root.Release.Namespace -}}
+apiVersion: v1
+kind: ServiceAccount
+metadata:
+  name: {{ $name }}
+  namespace: {{ $ns }}
+  labels:
+    {{- include "ka.labels" . | nindent 4 }}
+automountServiceAccountToken: false
+{{- range $role := list "system:kube-scheduler" "system:volume-scheduler" }}
+---
+# Built-in ClusterRole {{ $role }}: what any kube-scheduler needs (watch pods/nodes/PVs, bind pods, events).
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata:
+  name: {{ printf "%s-%s" $name (trimPrefix "system:" $role) | trunc 63 | trimSuffix "-" }}
+  labels:
+    {{- include "ka.labels" $ | nindent 4 }}
+roleRef:
+  apiGroup: rbac.authorization.k8s.io
+  kind: ClusterRole
+  name: {{ $role }}
+subjects:
+  - {kind: ServiceAccount, name: {{ $name }}, namespace: {{ $ns }}}
+{{- end }}
+---
+# Reads the API server's client-CA ConfigMap in kube-system to authenticate requests to its own endpoints.
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata:
+  name: {{ printf "%s-auth-reader" $name | trunc 63 | trimSuffix "-" }}
+  namespace: kube-system
+  labels:
+    {{- include "ka.labels" . | nindent 4 }}
+roleRef:
+  apiGroup: rbac.authorization.k8s.io
+  kind: Role
+  name: extension-apiserver-authentication-reader
+subjects:
+  - {kind: ServiceAccount, name: {{ $name }}, namespace: {{ $ns }}}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata:
+  name: {{ $name }}
+  namespace: {{ $ns }}
+  labels:
+    {{- include "ka.labels" . | nindent 4 }}
+rules:
+  # Leader election: system:kube-scheduler only covers the Lease named kube-scheduler.
+  - apiGroups: [coordination.k8s.io]
+    resources: [leases]
+    verbs: [create]
+  - apiGroups: [coordination.k8s.io]
+    resources: [leases]
+    resourceNames: [{{ .lease }}]
+    verbs: [get, update]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata:
+  name: {{ $name }}
+  namespace: {{ $ns }}
+  labels:
+    {{- include "ka.labels" . | nindent 4 }}
+roleRef:
+  apiGroup: rbac.authorization.k8s.io
+  kind: Role
+  name: {{ $name }}
+subjects:
+  - {kind: ServiceAccount, name: {{ $name }}, namespace: {{ $ns }}}
+{{- end -}}
+
+{{/* The kube-scheduler container of a second scheduler. */}}
+{{- define "vgpu.kubeSchedulerContainer" -}}
+- name: kube-scheduler
+  image: {{ include "vgpu.kubeSchedulerImage" . }}
+  imagePullPolicy: {{ .Values.kubeScheduler.image.pullPolicy }}
+  command:
+    - kube-scheduler
+    - --config=/etc/kube-accel/scheduler/config.yaml
+    - --v=2
+  livenessProbe:
+    httpGet: {path: /healthz, port: 10259, scheme: HTTPS}
+    initialDelaySeconds: 15
+  readinessProbe:
+    httpGet: {path: /healthz, port: 10259, scheme: HTTPS}
+  resources:
+    {{- toYaml .Values.kubeScheduler.resources | nindent 4 }}
+  securityContext:
+    {{- include "ka.restrictedContainerSecurityContext" . | nindent 4 }}
+  volumeMounts:
+    - {name: scheduler-config, mountPath: /etc/kube-accel/scheduler, readOnly: true}
+{{- end -}}
+
+{{/* Ports that accept traffic from metricsFrom peers (or anyone when empty). */}}
+{{- define "vgpu.metricsPeers" -}}
+{{- toYaml .Values.metricsFrom -}}
+{{- end -}}

@@ -132,7 +132,9 @@ def rule_vgpu_backend(ctx: Context) -> list[str]:
             "accel_vgpu_backend", backend,
             f"GPU-Manager does not support the CUDA {ctx.facts.get('cuda_driver_version')} driver "
             f"(driver {ctx.facts.get('driver_version')}) on this host", allowed))
-    branch = _as_int(ctx.get("accel_driver_branch"))
+    # Branch names may carry a flavour suffix ("535-server", "550-open"): the number decides.
+    match = re.match(r"^\s*(\d+)", str(ctx.get("accel_driver_branch", "")))
+    branch = int(match.group(1)) if match else None
     if branch is not None and branch >= CUDA12_FIRST_DRIVER_BRANCH:
         problems.append(ctx.problem(
             "accel_driver_branch", ctx.get("accel_driver_branch"),

@@ -333,3 +333,10 @@ def test_rule_mig_owner_operator_needs_the_operator():
     assert check(settings, gpus("a100-80gb")) == [
         "gpu-01: accel_mig_owner = 'operator': the GPU Operator's mig-manager applies the geometry, but "
         "accel_gpu_operator_enabled is false; allowed: accel_mig_owner: host, or accel_gpu_operator_enabled: true"]
+
+
+@pytest.mark.parametrize(("branch", "refused"), [("550-server", True), ("525", True), ("520", False),
+                                                 ("470-open", False), (470, False), ("latest", False)])
+def test_rule_gpu_manager_planned_branch_forms(branch, refused):
+    problems = check(pool(mode="vgpu", vgpu_backend="gpu-manager", driver_branch=branch), {"count": 0})
+    assert bool(problems) is refused, problems

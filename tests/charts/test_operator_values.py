@@ -1,0 +1,191 @@
+"""GPU Operator values built from kube-accel pools, validated against schemas/gpu-operator-values.schema.json."""
+
+from __future__ import annotations
+
+import copy
+import json
+import sys
+
+import accel_operator_values as opv
+import accel_pools
+import jsonschema
+import pytest
+import yaml
+from chartlib import REPO
+
+SCHEMA = json.loads((REPO / "schemas" / "gpu-operator-values.schema.json").read_text())
+VALIDATOR = jsonschema.Draft202012Validator(SCHEMA)
+
+MIG_POOL = {"pool": "mig", "mode": "pgpu", "mig_strategy": "mixed", "mig_owner": "operator",
+            "mig_geometry": {"3g.40gb": 1, "2g.20gb": 1, "1g.10gb": 2}}
+LAB_POOLS = [
+    {"pool": "vgpu-hami", "mode": "vgpu", "vgpu_backend": "hami"},
+    {"pool": "pgpu", "mode": "pgpu", "numa_policy": "single-numa-node"},
+    {"pool": "mps", "mode": "mps", "mps_replicas": 4},
+    MIG_POOL,
+]
+
+
+def errors(values):
+    return sorted(e.message for e in VALIDATOR.iter_errors(values))
+
+
+def test_schema_is_valid():
+    jsonschema.Draft202012Validator.check_schema(SCHEMA)
+    assert "v26.7.0" in SCHEMA["description"] and opv.OPERATOR_CHART_VERSION == "v26.7.0"
+
+
+def test_lab_values():
+    values = opv.gpu_operator_values(LAB_POOLS, {"service_monitor": False})
+    assert errors(values) == []
+    assert values["driver"]["enabled"] is False and values["toolkit"]["enabled"] is False
+    assert values["devicePlugin"]["enabled"] is False
+    assert values["mig"] == {"strategy": "mixed"}
+    assert values["dcgmExporter"]["enabled"] is True
+    assert values["dcgmExporter"]["serviceMonitor"]["enabled"] is False
+    assert values["nfd"] == {"enabled": False} and values["gfd"]["enabled"] is False
+    mm = values["migManager"]
+    assert mm["enabled"] is True and mm["config"]["name"] == opv.MIG_PARTED_CONFIGMAP
+    assert mm["config"]["default"] == "all-disabled"
+    doc = yaml.safe_load(mm["config"]["data"]["config.yaml"])
+    assert doc["version"] == "v1"
+    # The config is named like the nvidia.com/mig.config label the cluster play sets on the pool's nodes.
+    label = accel_pools.node_labels(MIG_POOL)["nvidia.com/mig.config"]
+    (entry,) = doc["mig-configs"][label]
+    assert entry["mig-enabled"] is True and entry["devices"] == "all"
+    assert entry["mig-devices"] == {"3g.40gb": 1, "2g.20gb": 1, "1g.10gb": 2}
+    assert "0x20B210DE" in entry["device-filter"]  # A100-80GB
+    assert doc["mig-configs"]["all-disabled"] == [{"devices": "all", "mig-enabled": False}]
+    assert mm["env"] == [{"name": "WITH_REBOOT", "value": "false"}]
+
+
+def test_private_registry_rewrites_every_image():
+    values = opv.gpu_operator_values(
+        LAB_POOLS, {"image_registry": "registry.dc1.example.net/mirror", "image_pull_secrets": ["mirror-pull"],
+                    "service_monitor": True, "nfd": True, "gfd": True},
+    )
+    assert errors(values) == []
+    for operand in opv.IMAGES:
+        node = values
+        for part in operand.split("."):
+            node = node[part]
+        assert node["repository"].startswith("registry.dc1.example.net/mirror/"), operand
+        if operand != "driver.manager":
+            assert node["imagePullSecrets"] == ["mirror-pull"], operand
+    assert values["migManager"]["repository"] == "registry.dc1.example.net/mirror/nvidia/cloud-native"
+    assert values["node-feature-discovery"]["image"]["repository"] == (
+        "registry.dc1.example.net/mirror/nfd/node-feature-discovery"
+    )
+    assert values["dcgmExporter"]["serviceMonitor"]["enabled"] is True
+    images = opv.operator_images(values)
+    assert "registry.dc1.example.net/mirror/nvidia/k8s/dcgm-exporter:4.6.0-4.8.3-distroless" in images
+    assert "registry.dc1.example.net/mirror/nvidia/k8s-device-plugin:v0.20.0" in images  # GFD on
+    assert not any("driver:" in i or "container-toolkit" in i for i in images)
+
+
+def test_no_mig_pools_disables_mig_manager():
+    values = opv.gpu_operator_values([p for p in LAB_POOLS if p is not MIG_POOL])
+    assert errors(values) == []
+    assert values["migManager"]["enabled"] is False and "config" not in values["migManager"]
+    assert values["mig"] == {"strategy": "single"}
+
+
+def test_host_owned_mig_is_left_out():
+    host_owned = dict(MIG_POOL, mig_owner="host")
+    values = opv.gpu_operator_values([host_owned])
+    assert values["migManager"]["enabled"] is False
+
+
+def test_single_strategy_and_toggles():
+    single = dict(MIG_POOL, pool="mig-single", mig_strategy="single", mig_geometry={"1g.10gb": 7})
+    values = opv.gpu_operator_values(
+        [single], {"driver_managed_by_kube_accel": False, "toolkit_managed_by_kube_accel": False,
+                   "dcgm_exporter": False, "service_monitor": True, "mig_with_reboot": True, "cdi": True},
+    )
+    assert errors(values) == []
+    assert values["mig"] == {"strategy": "single"}
+    assert values["driver"]["enabled"] is True and values["toolkit"]["enabled"] is True
+    assert values["dcgmExporter"]["enabled"] is False
+    assert values["dcgmExporter"]["serviceMonitor"]["enabled"] is False  # no exporter, no ServiceMonitor
+    assert values["migManager"]["env"] == [{"name": "WITH_REBOOT", "value": "true"}]
+    assert values["cdi"] == {"enabled": True}
+
+
+def test_collect_pools_shape_and_taints():
+    hosts = {"lab-mig-0": {"accel_pool": "mig", "accel_mode": "pgpu", "accel_mig_strategy": "mixed",
+                           "accel_mig_geometry": {"7g.80gb": 1}, "accel_node_taint": True}}
+    values = opv.gpu_operator_values(accel_pools.collect_pools(hosts))
+    assert errors(values) == []
+    assert {"key": "kube-accel.io/pool", "operator": "Exists", "effect": "NoSchedule"} in (
+        values["daemonsets"]["tolerations"]
+    )
+    assert "kube-accel-7g.80gb-1" in values["migManager"]["config"]["data"]["config.yaml"]
+
+
+def test_illegal_geometry_is_refused():
+    bad = dict(MIG_POOL, mig_geometry={"7g.80gb": 1, "1g.10gb": 1})
+    with pytest.raises(ValueError, match="kube-accel-1g.10gb-1.7g.80gb-1"):
+        opv.gpu_operator_values([bad])
+
+
+def test_unknown_image_override_is_refused():
+    with pytest.raises(ValueError, match="image_overrides has unknown operand"):
+        opv.gpu_operator_values([], {"image_overrides": {"dcgm-exporter": {"version": "x"}}})
+
+
+def test_image_override():
+    values = opv.gpu_operator_values([], {"image_overrides": {"dcgmExporter": {"version": "4.6.1-4.8.4-distroless"}}})
+    assert values["dcgmExporter"]["version"] == "4.6.1-4.8.4-distroless"
+    assert errors(values) == []
+
+
+def mutate(path, value):
+    values = opv.gpu_operator_values(LAB_POOLS)
+    node = values
+    *parents, last = path
+    for part in parents:
+        node = node[part]
+    if value is KeyError:
+        del node[last]
+    else:
+        node[last] = value
+    return values
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "message"),
+    [
+        (("devicePlugin", "enabled"), True, "False was expected"),
+        (("mig", "strategy"), "none", "is not one of ['single', 'mixed']"),
+        (("driver", "version"), 595.91, "595.91 is not of type 'string'"),
+        (("dcgmExporter", "repository"), "nvcr.io/nvidia/k8s/", "does not match"),
+        (("dcgmExporter", "serviceMonitor", "enabled"), "yes", "'yes' is not of type 'boolean'"),
+        (("migManager", "config"), KeyError, "'config' is a required property"),
+        (("migManager", "config", "data"), {"config.yml": "version: v1\n"}, "'config.yaml' is a required property"),
+        (("migManager", "config", "create"), False, "True was expected"),
+        (("operator", "defaultRuntime"), "dockershim", "is not one of ['containerd', 'crio', 'docker']"),
+        (("nfd", "enabled"), "true", "'true' is not of type 'boolean'"),
+        (("toolkit", "enabled"), KeyError, "'enabled' is a required property"),
+        (("gfd", "typo"), True, "Additional properties are not allowed ('typo' was unexpected)"),
+    ],
+)
+def test_schema_refuses(path, value, message):
+    values = mutate(path, value)
+    found = errors(values)
+    assert any(message in e for e in found), found
+
+
+def test_generated_values_are_not_shared():
+    first = opv.gpu_operator_values(LAB_POOLS)
+    copy.deepcopy(first)["migManager"]["config"]["name"] = "x"
+    assert opv.gpu_operator_values(LAB_POOLS) == first
+
+
+def test_filter_plugin():
+    sys.path.insert(0, str(REPO / "plugins" / "filter"))
+    import accel_operator
+
+    filters = accel_operator.FilterModule().filters()
+    values = filters["accel_gpu_operator_values"](LAB_POOLS, {"service_monitor": True})
+    assert values == opv.gpu_operator_values(LAB_POOLS, {"service_monitor": True})
+    assert filters["accel_gpu_operator_images"](values) == opv.operator_images(values)

@@ -182,3 +182,23 @@ def test_gpu_presence(smi_on_path):
 def test_console_script_is_declared():
     pyproject = (Path(__file__).resolve().parents[2] / "pyproject.toml").read_text()
     assert 'kube-accel-gpucheck = "kube_accel.gpucheck.cli:main"' in pyproject
+
+
+def test_a_failing_section_is_reported_and_does_not_hide_the_others(tmp_path, capsys):
+    mu = tmp_path / "plugins" / "module_utils"
+    mu.mkdir(parents=True)
+    (mu / "accel_gpu_facts.py").write_text("def gather_facts():\n    raise OSError('NVML went away')\n")
+    rc = cli.main(["all", "--nvidia-smi", NO_SMI, "--smi-xml", str(XML), "--repo", str(tmp_path), "--json"])
+    result = json.loads(capsys.readouterr().out)
+    assert rc == cli.EXIT_FAIL
+    assert result["facts"] == {"ok": False, "error": "OSError: NVML went away"}
+    assert result["mps"]["skipped"].startswith(NO_GPU_REASON)
+
+
+def test_unreadable_nvidia_smi_output_fails_the_facts_section(tmp_path, capsys):
+    broken = tmp_path / "broken.xml"
+    broken.write_text("<nvidia_smi_log><gpu>")
+    rc = cli.main(["facts", "--nvidia-smi", NO_SMI, "--smi-xml", str(broken), "--facts-json", str(XML)])
+    out = capsys.readouterr().out
+    assert rc == cli.EXIT_FAIL
+    assert "**FAIL**: could not run: nvidia-smi -q -x unusable: ParseError" in out

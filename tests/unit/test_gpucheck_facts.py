@@ -228,3 +228,22 @@ def test_missing_facts_module_returns_none(tmp_path):
 
 def test_default_repo_is_this_checkout():
     assert (facts.default_repo() / "src" / "kube_accel" / "gpucheck" / "facts.py").is_file()
+
+
+def test_siblings_importing_each_other_through_ansible_names_are_aliased(tmp_path, isolated_imports):
+    # a imports b through the Ansible name and is listed first, so one aliasing pass is not enough.
+    repo = _fake_repo(
+        tmp_path,
+        """
+        from ansible.module_utils.zz_kagc_a import VALUE
+
+        def gather_facts():
+            return {"count": VALUE, "gpus": []}
+        """,
+    )
+    mu = repo / "plugins" / "module_utils"
+    (mu / "zz_kagc_a.py").write_text("from ansible.module_utils.zz_kagc_b import VALUE\n")
+    (mu / "zz_kagc_b.py").write_text("VALUE = 0\n")
+    module = facts.load_facts_module(repo)
+    assert facts.facts_entry_point(module)() == {"count": 0, "gpus": []}
+    assert str(mu) not in sys.path  # the loader leaves sys.path as it found it

@@ -442,11 +442,13 @@ def test_benchmark_records_failed_runs_instead_of_numbers(control, client_base, 
 
 
 def test_concurrent_clients_are_killed_when_one_fails(tmp_path):
-    # Three clients get ready; after "go" the first to claim the marker file reports an error, the others hang.
+    # Three clients get ready; after "go" the first to claim the marker file reports an error, the others hang
+    # and ignore SIGTERM, so they must be killed after the grace period.
     script = _script(
         tmp_path / "c.py",
         textwrap.dedent("""
-        import json, os, sys, time
+        import json, os, signal, sys, time
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a client that ignores the polite stop
         out = os.environ["OUT"]
         open(os.path.join(out, str(os.getpid())), "w").close()
         print(json.dumps({"event": "ready", "pid": os.getpid()}), flush=True)
@@ -463,7 +465,9 @@ def test_concurrent_clients_are_killed_when_one_fails(tmp_path):
     out.mkdir()
     start = time.monotonic()
     with pytest.raises(clients.ClientError, match="first client fails"):
-        clients.run_concurrent([sys.executable, str(script)], 3, {**os.environ, "OUT": str(out)}, 20, 20)
+        clients.run_concurrent(
+            [sys.executable, str(script)], 3, {**os.environ, "OUT": str(out)}, 20, 20, stop_grace=1.0
+        )
     assert time.monotonic() - start < 15
     pids = [int(p.name) for p in out.iterdir()]
     assert len(pids) == 3 and _gone(pids)

@@ -9,7 +9,9 @@ import argparse
 import datetime as dt
 import json
 import platform
+import subprocess
 import sys
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
 from . import NO_GPU_REASON, checks, clients, facts, mps, report, smi
@@ -188,28 +190,47 @@ def exit_status(results: dict) -> int:
     return EXIT_OK if all(s.get("ok") for s in ran) else EXIT_FAIL
 
 
+def _section(name: str, run) -> dict:
+    """One failing part must not hide the others: an unexpected error becomes that section's failed result."""
+    try:
+        return run()
+    except (KeyboardInterrupt, SystemExit):
+        raise
+    except Exception as exc:
+        return {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     mps.install_signal_handlers()
     wanted = ("facts", "mps", "bench") if args.command == "all" else (args.command,)
     present, reason = smi.gpu_presence(args.nvidia_smi)
-    smi_data = None
-    if getattr(args, "smi_xml", None):
-        smi_data = smi.parse_smi_xml(args.smi_xml.read_text())
-    elif present:
-        smi_data = smi.parse_smi_xml(smi.run_smi_xml(args.nvidia_smi))
+    smi_data, smi_error = None, None
+    try:
+        if getattr(args, "smi_xml", None):
+            smi_data = smi.parse_smi_xml(args.smi_xml.read_text())
+        elif present:
+            smi_data = smi.parse_smi_xml(smi.run_smi_xml(args.nvidia_smi))
+    except (OSError, RuntimeError, ValueError, subprocess.TimeoutExpired, ET.ParseError) as exc:
+        smi_error = f"nvidia-smi -q -x unusable: {type(exc).__name__}: {exc}"
     results: dict = {"environment": environment(smi_data, args), "gpu_present": present, "gpu_reason": reason}
+    if smi_error:
+        results["smi_error"] = smi_error
     for name in wanted:
         if name == "facts":
-            results["facts"] = run_facts(args, smi_data)
+            results["facts"] = (
+                {"ok": False, "error": smi_error} if smi_error else _section(name, lambda: run_facts(args, smi_data))
+            )
         elif not present:
             results[name] = {"skipped": reason}
         elif name == "mps":
-            results["mps"] = run_mps(args, smi_data)
+            results["mps"] = _section(name, lambda: run_mps(args, smi_data))
         else:
-            results["bench"] = run_bench(args, smi_data)
+            results["bench"] = _section(name, lambda: run_bench(args, smi_data))
         if results[name].get("skipped"):
             print(f"{name}: skipped: {results[name]['skipped']}", file=sys.stderr)
+        if results[name].get("error"):
+            print(f"{name}: error: {results[name]['error']}", file=sys.stderr)
     _note_library(results)
     if args.out:
         for path in report.write_results(results, args.out):

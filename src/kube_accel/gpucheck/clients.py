@@ -62,11 +62,16 @@ def _reader(index: int, proc: subprocess.Popen, events: queue.Queue) -> None:
 
 
 def run_concurrent(
-    cmd: list[str], n: int, env: dict[str, str], ready_timeout: float = 300.0, run_timeout: float = 300.0
+    cmd: list[str],
+    n: int,
+    env: dict[str, str],
+    ready_timeout: float = 300.0,
+    run_timeout: float = 300.0,
+    stop_grace: float = 15.0,
 ) -> list[dict]:
     """Run n clients, release them together once all are warm, return their n result records.
 
-    Clients are this process's children; they are killed in ``finally`` on any error or interruption, so a
+    Clients are this process's children; they are stopped in ``finally`` on any error or interruption, so a
     failed run never leaves a GPU process behind.
     """
     procs: list[subprocess.Popen] = []
@@ -89,15 +94,29 @@ def run_concurrent(
             proc.wait(timeout=30)
         return [results[i] for i in range(n)]
     finally:
+        _stop_clients(procs, stop_grace)
         for proc in procs:
-            if proc.poll() is None:
-                proc.kill()
-            proc.wait()
             for stream in (proc.stdin, proc.stdout):
                 if stream:
                     stream.close()
         for err in errs:
             err.close()
+
+
+def _stop_clients(procs: list[subprocess.Popen], grace: float = 15.0) -> None:
+    """SIGTERM first (workload.py then stops after a synchronised iteration: killing an MPS client mid-kernel
+    can wedge the MPS server), SIGKILL only for clients still running after ``grace`` seconds."""
+    running = [p for p in procs if p.poll() is None]
+    for proc in running:
+        proc.terminate()
+    deadline = time.monotonic() + grace
+    for proc in running:
+        try:
+            proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+    for proc in procs:
+        proc.wait()
 
 
 def _stderr_tail(err) -> str:

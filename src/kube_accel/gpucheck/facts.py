@@ -23,22 +23,39 @@ def default_repo() -> Path:
 
 
 def _alias_module_utils(module_utils: Path) -> None:
-    """Make ``ansible.module_utils.<name>`` resolve to the repo's files, as Ansible does at run time."""
-    if str(module_utils) not in sys.path:
-        sys.path.insert(0, str(module_utils))
+    """Make ``ansible.module_utils.<name>`` resolve to the repo's sibling files, as Ansible does at run time.
+
+    Siblings may import each other through those names, so aliasing repeats until no further file imports.
+    The facts module itself is left out: it is loaded by path below.
+    """
     try:
         import ansible.module_utils as amu
     except ImportError:  # the facts module may not need Ansible at all
         return
-    for info in pkgutil.iter_modules([str(module_utils)]):
-        if f"ansible.module_utils.{info.name}" in sys.modules:
-            continue
-        try:
-            mod = importlib.import_module(info.name)
-        except Exception:  # a sibling that fails to import must not hide the facts module's own error
-            continue
-        sys.modules[f"ansible.module_utils.{info.name}"] = mod
-        setattr(amu, info.name, mod)
+    pending = [
+        info.name
+        for info in pkgutil.iter_modules([str(module_utils)])
+        if info.name != FACTS_MODULE and f"ansible.module_utils.{info.name}" not in sys.modules
+    ]
+    added = str(module_utils) not in sys.path
+    if added:
+        sys.path.insert(0, str(module_utils))
+    try:
+        progress = True
+        while pending and progress:
+            progress = False
+            for name in list(pending):
+                try:
+                    mod = importlib.import_module(name)
+                except Exception:  # may need a sibling not aliased yet; a real error shows when the facts load
+                    continue
+                sys.modules[f"ansible.module_utils.{name}"] = mod
+                setattr(amu, name, mod)
+                pending.remove(name)
+                progress = True
+    finally:
+        if added:
+            sys.path.remove(str(module_utils))
 
 
 def load_facts_module(repo: Path | None = None):

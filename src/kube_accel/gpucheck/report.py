@@ -94,6 +94,8 @@ def render_markdown(results: dict) -> str:
         parts += [f"## {title}", ""]
         if section.get("skipped"):
             parts += [f"Skipped: {section['skipped']}", ""]
+        elif section.get("error"):
+            parts += [f"**FAIL**: could not run: {section['error']}", ""]
         else:
             parts += [render(section), ""]
     return "\n".join(parts)

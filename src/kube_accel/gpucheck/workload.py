@@ -14,10 +14,21 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
 import time
 
 MIB = 1024 * 1024
+
+# Killing an MPS client in the middle of GPU work can hang the MPS server and every client on it (MPS docs),
+# so SIGTERM only asks the measuring loop to stop after its current, synchronised iteration.
+_STOP = {"requested": False, "measuring": False}
+
+
+def _on_sigterm(signum, _frame):
+    _STOP["requested"] = True
+    if not _STOP["measuring"]:
+        raise SystemExit(128 + signum)
 
 
 def emit(obj: dict) -> None:
@@ -157,13 +168,17 @@ def cmd_bench(backend, args) -> dict:
     latencies = []
     t_start = time.monotonic()
     stop_at = t_start + args.duration
+    _STOP["measuring"] = True
     while True:
         t0 = time.perf_counter()
         backend.step(ab)
         backend.sync()  # one iteration = one "request": latency includes queueing behind other clients
         latencies.append((time.perf_counter() - t0) * 1000.0)
-        if time.monotonic() >= stop_at:
+        if time.monotonic() >= stop_at or _STOP["requested"]:
             break
+    _STOP["measuring"] = False
+    if _STOP["requested"]:
+        raise SystemExit(128 + signal.SIGTERM)
     t_end = time.monotonic()
     return {
         "event": "result",
@@ -197,6 +212,7 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv=None) -> int:
     args = parser().parse_args(argv)
+    signal.signal(signal.SIGTERM, _on_sigterm)
     try:
         backend = load_backend(args.lib)
         result = {"probe": cmd_probe, "mem": cmd_mem, "bench": cmd_bench}[args.cmd](backend, args)

@@ -92,10 +92,7 @@ def test_full_options(helm):
     plugin = container(ds, "nvidia-device-plugin")
     assert plugin["securityContext"] == {"privileged": True}
     assert env(plugin)["PASS_DEVICE_SPECS"] == "true"
-    assert plugin["image"] == (
-        "registry.dc1.example.net/mirror/nvidia/k8s-device-plugin@sha256:"
-        "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
-    )
+    assert plugin["image"] == "registry.dc1.example.net/mirror/nvidia/k8s-device-plugin:v0.20.0"
     assert pod_spec(ds)["priorityClassName"] == "system-cluster-critical"
     gfd = one(objs, "DaemonSet", "-gpu-feature-discovery")
     assert env(container(gfd, "gpu-feature-discovery"))["GFD_SLEEP_INTERVAL"] == "120s"
@@ -115,3 +112,12 @@ def test_network_policies_deny_ingress(helm):
     assert len(pols) == 4
     for pol in pols:
         assert pol["spec"]["policyTypes"] == ["Ingress"] and pol["spec"]["ingress"] == []
+
+
+def test_digest_wins_over_tag(helm, tmp_path):
+    digest = "sha256:" + "0123456789abcdef" * 4
+    values = tmp_path / "v.yaml"
+    values.write_text(f"global: {{imageRegistry: mirror.example}}\nimage: {{repository: nvidia/k8s-device-plugin, "
+                      f"tag: v0.20.0, digest: '{digest}'}}\n")
+    ds = one(render("pgpu", [values], helm=helm), "DaemonSet", "kube-accel-pgpu-device-plugin")
+    assert container(ds, "nvidia-device-plugin")["image"] == f"mirror.example/nvidia/k8s-device-plugin@{digest}"

@@ -1,0 +1,34 @@
+"""scripts/images.py: the mirror list covers every image the charts and the operator values can use."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from chartlib import REPO
+
+
+def test_image_list(helm):
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "scripts" / "images.py"), "--kube-version", "1.36.2", "--helm", helm, "--json"],
+        capture_output=True, text=True, check=False, timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    images = json.loads(proc.stdout)
+    assert images == sorted(set(images))
+    expected = {
+        "nvcr.io/nvidia/k8s-device-plugin:v0.20.0",
+        "nvcr.io/nvidia/kubevirt-gpu-device-plugin:v1.6.0",
+        "docker.io/projecthami/hami:v2.10.0",
+        "docker.io/liangjw/kube-webhook-certgen:v1.1.1",
+        "docker.io/tkestack/gpu-manager:v1.1.5",
+        "docker.io/tkestack/gpu-quota-admission:v1.0.0",
+        "registry.k8s.io/kube-scheduler:v1.36.2",
+        "nvcr.io/nvidia/gpu-operator:v26.7.0",
+        "nvcr.io/nvidia/cloud-native/k8s-mig-manager:v0.15.0",
+        "nvcr.io/nvidia/k8s/dcgm-exporter:4.6.0-4.8.3-distroless",
+    }
+    assert expected <= set(images), expected - set(images)
+    assert not [i for i in images if "example.net" in i], "mirror references leaked into the upstream list"
+    assert [i for i in images if "kube-scheduler" in i] == ["registry.k8s.io/kube-scheduler:v1.36.2"]

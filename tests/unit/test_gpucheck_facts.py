@@ -247,3 +247,60 @@ def test_siblings_importing_each_other_through_ansible_names_are_aliased(tmp_pat
     module = facts.load_facts_module(repo)
     assert facts.facts_entry_point(module)() == {"count": 0, "gpus": []}
     assert str(mu) not in sys.path  # the loader leaves sys.path as it found it
+
+
+def test_not_supported_settings_match_across_spellings():
+    smi_side = {
+        "count": 0,
+        "gpus": [{"uuid": "GPU-x", "index": 0, "mig_mode_current": "n/a", "persistence_mode": "n/a"}],
+    }
+    facts_side = {
+        "count": 0,
+        "gpus": [{"uuid": "GPU-x", "index": 0, "mig_mode_current": False, "persistence_mode": None}],
+    }
+    statuses = {f["field"]: f["status"] for f in facts.compare_facts(facts_side, smi_side)["findings"]}
+    assert statuses["mig_mode_current"] == "match" and statuses["persistence_mode"] == "match"
+    # ...but MIG enabled in the facts against N/A in nvidia-smi is a real disagreement.
+    facts_side["gpus"][0]["mig_mode_current"] = True
+    statuses = {f["field"]: f["status"] for f in facts.compare_facts(facts_side, smi_side)["findings"]}
+    assert statuses["mig_mode_current"] == "mismatch"
+
+
+def _smi_xml_for_snapshot(snapshot: dict) -> str:
+    """nvidia-smi's spelling of a snapshot's values (composed: what nvidia-smi prints for such settings)."""
+    nvml = snapshot["nvml"]
+    cuda = nvml["cuda_driver_version"]
+    gpus = []
+    for dev in nvml["devices"]:
+        mig = dev.get("mig_mode")
+        mig_text = "N/A" if mig is None else ("Enabled" if mig[0] else "Disabled")
+        mode = {0: "Default", 1: "Exclusive_Thread", 2: "Prohibited", 3: "Exclusive_Process"}[dev["compute_mode"]]
+        gpus.append(
+            f"<gpu id='{dev['pci_bus_id']}'><product_name>{dev['name']}</product_name>"
+            f"<persistence_mode>{'Enabled' if dev['persistence_mode'] else 'Disabled'}</persistence_mode>"
+            f"<mig_mode><current_mig>{mig_text}</current_mig></mig_mode><uuid>{dev['uuid']}</uuid>"
+            f"<pci><pci_bus_id>{dev['pci_bus_id']}</pci_bus_id></pci>"
+            f"<fb_memory_usage><total>{dev['memory_total_bytes'] // 2**20} MiB</total></fb_memory_usage>"
+            f"<compute_mode>{mode}</compute_mode></gpu>"
+        )
+    return (
+        f"<nvidia_smi_log><driver_version>{nvml['driver_version']}</driver_version>"
+        f"<cuda_version>{cuda // 1000}.{cuda % 1000 // 10}</cuda_version>"
+        f"<attached_gpus>{len(gpus)}</attached_gpus>{''.join(gpus)}</nvidia_smi_log>"
+    )
+
+
+@pytest.mark.parametrize("snapshot", ["h100-80gb", "a100-80gb-mig", "t4", "dual-socket-a100x8"])
+def test_real_facts_module_output_compares_clean_with_nvidia_smi_spelling(snapshot, isolated_imports):
+    """Interop with plugins/module_utils/accel_gpu_facts.py as it is: its real output format (bools,
+    "Default", sysfs-style bus ids, "12.4") must compare equal to nvidia-smi's spelling of the same host.
+    The snapshots in tests/data/nvml are the facts module's own (composed) device data."""
+    module = facts.load_facts_module()
+    if module is None:
+        pytest.skip("plugins/module_utils/accel_gpu_facts.py not in this checkout")
+    path = Path(__file__).resolve().parents[1] / "data" / "nvml" / f"{snapshot}.json"
+    source = module.RecordedSource.from_file(str(path))
+    gathered = facts.unwrap_facts(module.gather(source))
+    result = facts.compare_facts(gathered, smi.parse_smi_xml(_smi_xml_for_snapshot(json.loads(path.read_text()))))
+    assert result["ok"], [f for f in result["findings"] if f["status"] not in ("match", "not_in_smi")]
+    assert {f["field"] for f in result["findings"] if f["status"] == "not_in_smi"} == {"compute_capability"}

@@ -111,9 +111,20 @@ def _finding(gpu, field, facts_value, smi_value, status) -> dict:
     return {"gpu": gpu, "field": field, "facts": facts_value, "smi": smi_value, "status": status}
 
 
+# Values that mean the same thing on both sides although spelt differently: nvidia-smi prints N/A for a
+# setting the GPU does not support, where the facts give None (persistence) or False (MIG: "not enabled").
+EQUIVALENT = {
+    "mig_mode_current": {("disabled", "n/a")},
+    "persistence_mode": {(None, "n/a")},
+    "compute_mode": {(None, "n/a")},
+}
+
+
 def _compare_value(gpu, field, facts_value, smi_value, norm, mem_tolerance_mib) -> dict:
     f = norm(facts_value)
     s = smi_value
+    if (f, s) in EQUIVALENT.get(field, ()):
+        return _finding(gpu, field, f, s, "match")
     if s is None:
         return _finding(gpu, field, f, s, "not_in_smi")
     if f is None:

@@ -155,3 +155,11 @@ def test_write_results_writes_json_markdown_and_a_png(tmp_path):
 def test_no_png_without_benchmark_rows(tmp_path):
     written = report.write_results({"bench": {"skipped": "no GPU"}}, tmp_path)
     assert [p.name for p in written] == ["results.json", "results.md"]
+
+
+def test_missing_matplotlib_keeps_the_numbers(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib -> ImportError
+    written = report.write_results({"bench": _bench()}, tmp_path)
+    assert [p.name for p in written] == ["results.json", "results.md"]
+    saved = json.loads(written[0].read_text())
+    assert saved["bench"]["rows"] and "bench.png not written" in saved["bench"]["plot_error"]

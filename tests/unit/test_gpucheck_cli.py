@@ -68,6 +68,9 @@ def test_client_counts_parse_sort_and_deduplicate():
         ["mps", "--thread-percentage", "101"],
         ["bench", "--clients", "0"],
         ["bench", "--batch", "0"],
+        ["bench", "--duration", "0"],
+        ["bench", "--warmup", "-1"],
+        ["all", "--device", "-1"],
         ["facts", "--thread-percentage", "5"],
     ],
 )

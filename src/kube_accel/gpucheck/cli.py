@@ -26,6 +26,20 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _positive_float(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be positive, got {text}")
+    return value
+
+
+def _index(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
+    return value
+
+
 def _percentage(text: str) -> int:
     value = int(text)
     if not 1 <= value <= 100:
@@ -48,7 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
     g = common.add_argument_group("common")
     g.add_argument("--out", type=Path, help="write results.json, results.md (and bench.png) here")
     g.add_argument("--json", action="store_true", help="print the results as JSON instead of Markdown")
-    g.add_argument("--device", type=int, default=0, help="GPU index to test (default 0)")
+    g.add_argument("--device", type=_index, default=0, help="GPU index to test (default 0)")
     g.add_argument("--nvidia-smi", default="nvidia-smi", help="nvidia-smi executable (only -q -x is run)")
     g.add_argument("--mps-control", default="nvidia-cuda-mps-control", help="MPS control executable")
     g.add_argument("--python", default=sys.executable, help="interpreter for GPU clients (needs CuPy or PyTorch)")
@@ -75,8 +89,8 @@ def build_parser() -> argparse.ArgumentParser:
         default=list(checks.DEFAULT_NS),
         help="comma-separated process counts (default 1,2,4,8)",
     )
-    g.add_argument("--duration", type=float, default=10.0, help="measured seconds per run")
-    g.add_argument("--warmup", type=int, default=20, help="warm-up iterations per client")
+    g.add_argument("--duration", type=_positive_float, default=10.0, help="measured seconds per run")
+    g.add_argument("--warmup", type=_index, default=20, help="warm-up iterations per client")
     g.add_argument("--batch", type=_positive_int, default=32)
     g.add_argument("--size", type=_positive_int, default=512, help="matrix side")
     g.add_argument("--dtype", default="float16")

@@ -205,3 +205,12 @@ def test_unreadable_nvidia_smi_output_fails_the_facts_section(tmp_path, capsys):
     out = capsys.readouterr().out
     assert rc == cli.EXIT_FAIL
     assert "**FAIL**: could not run: nvidia-smi -q -x unusable: ParseError" in out
+
+
+def test_main_restores_the_callers_signal_handlers(capsys):
+    import signal
+
+    before = signal.getsignal(signal.SIGTERM)
+    cli.main(["mps", "--nvidia-smi", NO_SMI])
+    capsys.readouterr()
+    assert signal.getsignal(signal.SIGTERM) is before

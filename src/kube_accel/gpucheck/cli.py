@@ -216,7 +216,14 @@ def _section(name: str, run) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    mps.install_signal_handlers()
+    previous = mps.install_signal_handlers()
+    try:
+        return _run(args)
+    finally:
+        mps.restore_signal_handlers(previous)
+
+
+def _run(args) -> int:
     wanted = ("facts", "mps", "bench") if args.command == "all" else (args.command,)
     present, reason = smi.gpu_presence(args.nvidia_smi)
     smi_data, smi_error = None, None

@@ -282,11 +282,16 @@ class Terminated(SystemExit):
     """Raised from a signal handler so that ``finally`` blocks (daemon quit, client kill) run."""
 
 
-def install_signal_handlers() -> None:
-    """Turn SIGTERM/SIGHUP into an exception; SIGINT already raises KeyboardInterrupt."""
+def install_signal_handlers() -> dict:
+    """Turn SIGTERM/SIGHUP into an exception (SIGINT already raises KeyboardInterrupt); returns the previous
+    handlers for ``restore_signal_handlers``."""
 
     def handler(signum, _frame):
         raise Terminated(128 + signum)
 
-    for sig in (signal.SIGTERM, signal.SIGHUP):
-        signal.signal(sig, handler)
+    return {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGHUP)}
+
+
+def restore_signal_handlers(previous: dict) -> None:
+    for sig, old in previous.items():
+        signal.signal(sig, old)

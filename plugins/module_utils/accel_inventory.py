@@ -89,6 +89,11 @@ VARIABLES: dict[str, dict] = {
                                 "(GPU-less lab and test hosts)."),
 }
 
+# Facts kube-accel's roles set at run time under the accel_ prefix: not inventory settings, never typos.
+RUNTIME_FACTS: dict[str, str] = {
+    "accel_reboot_required": "Reasons a host needs a reboot, appended by the host roles; node_reboot acts on it.",
+}
+
 
 def argument_spec(scopes=("cluster", "pool", "lab")) -> dict:
     """Ansible argument-spec options for the variables of the given scopes (none required)."""

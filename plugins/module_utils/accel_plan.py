@@ -24,11 +24,11 @@ from dataclasses import dataclass, field
 
 try:
     from ansible.module_utils.accel_constants import MODES, VCUDA_CORES_PER_GPU, VGPU_BACKENDS
-    from ansible.module_utils.accel_inventory import VARIABLES, did_you_mean
+    from ansible.module_utils.accel_inventory import RUNTIME_FACTS, VARIABLES, did_you_mean
     from ansible.module_utils.accel_mig import MODELS, geometry_problems
 except ImportError:  # controller-side filters load module_utils by path
     from accel_constants import MODES, VCUDA_CORES_PER_GPU, VGPU_BACKENDS
-    from accel_inventory import VARIABLES, did_you_mean
+    from accel_inventory import RUNTIME_FACTS, VARIABLES, did_you_mean
     from accel_mig import MODELS, geometry_problems
 
 MPS_MIN_REPLICAS = 2
@@ -318,7 +318,7 @@ def rule_kubernetes_numa(ctx: Context) -> list[str]:
 def rule_unknown_variables(ctx: Context) -> list[str]:
     problems = []
     for name in sorted(ctx.settings):
-        if name.startswith("accel_") and name not in VARIABLES:
+        if name.startswith("accel_") and name not in VARIABLES and name not in RUNTIME_FACTS:
             hint = did_you_mean(name)
             what = f"unknown variable (did you mean {hint}?)" if hint else "unknown variable"
             problems.append(ctx.problem(name, ctx.settings[name], what,
@@ -399,8 +399,11 @@ def merge_spec_errors(host: str, problems: list, spec_errors) -> list[str]:
     named = {m for text in problems for m in _FIELD_RE.findall(text.split(";")[0])}
     merged = list(problems)
     for error in spec_errors or []:
-        # "Unsupported parameters" errors name the unknown variable, then list every known one.
-        fields = set(_FIELD_RE.findall(str(error).split("Supported parameters include")[0]))
+        # Unknown names ("Unsupported parameters ... Supported parameters include ...") are rule_unknown_variables'
+        # job, which knows the run-time facts and suggests the intended name.
+        if "Supported parameters include" in str(error):
+            continue
+        fields = set(_FIELD_RE.findall(str(error)))
         if fields and fields <= named:
             continue
         merged.append(f"{host}: {error}")

@@ -8,6 +8,7 @@ Public API (used by the preflight filters, the host ``mig`` role and the GPU Ope
 - ``model_for_device(pci_device_id)``: the ``MigModel`` for a PCI device ID (``"0x20B210DE"``, ``"20b2"`` or an
   int), or ``None`` when the GPU has no MIG support known to kube-accel.
 - ``geometry_problems(pci_device_id, geometry, where="accel_mig_geometry")``: list of problems (empty = legal).
+- ``driver_problems(pci_device_id, geometry, driver_version=None, driver_branch=None)``: MIG driver minimums.
 - ``find_placement(model, geometry)``: ``[(profile, start_slice), ...]`` in creation order, or ``None``.
 - ``valid_combinations(family, include_2x=True)`` / ``maximal_combinations(...)``: the enumerations the unit tests
   compare with the published tables.
@@ -23,6 +24,7 @@ Source: ../shared/reference/gpu-sharing-facts.md sections 1.2, 1.4, 1.6.
 from __future__ import annotations
 
 import itertools
+import re
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -135,6 +137,52 @@ MODELS: dict[str, MigModel] = {
 }
 
 _BY_DEVICE_ID = {dev: model for model in MODELS.values() for dev in model.device_ids}
+
+# Minimum driver for MIG per model (MIG User Guide v620, "Deployment Considerations"; reference 1.5). H100-94GB
+# follows the H100 entry and the 96GB group the H20 one; GH200-144GB follows H200 (derived, not listed upstream).
+MIN_DRIVER = {
+    "A100-40GB": "450.80.02", "A100-80GB": "450.80.02", "A30-24GB": "460.73.01",
+    "H100-80GB": "525.85.12", "H100-94GB": "525.85.12", "H100-96GB": "535.161.07",
+    "H200-141GB": "550.90.07", "GH200-144GB": "550.90.07",
+    "B200-180GB": "570.133.20", "GB200-186GB": "570.133.20", "B300": "580.82.07", "GB300": "595.58.03",
+}
+# Profiles that came with a later driver branch than their GPU (reference 1.2: "R470+", "R525+").
+PROFILE_MIN_BRANCH = {
+    ("A100-40GB", "1g.5gb+me"): 470, ("A100-40GB", "1g.10gb"): 525,
+    ("A30-24GB", "1g.6gb+me"): 470, ("A30-24GB", "2g.12gb+me"): 525,
+}
+
+
+def _version(text) -> tuple[int, ...]:
+    return tuple(int(p) for p in re.findall(r"\d+", str(text)))
+
+
+def driver_problems(pci_device_id, geometry, driver_version=None, driver_branch=None,
+                    where: str = "accel_mig_geometry") -> list[str]:
+    """Driver too old for MIG on this model, or for a profile of the geometry.
+
+    Checks the planned ``driver_branch`` (e.g. 550) when given, else the installed ``driver_version``.
+    """
+    model = model_for_device(pci_device_id)
+    if model is None or (driver_branch is None and not driver_version):
+        return []
+    minimum = MIN_DRIVER[model.name]
+    min_branch = _version(minimum)[0]
+    if driver_branch is not None:
+        have, shown, ok = driver_branch, f"the planned driver branch {driver_branch}", driver_branch >= min_branch
+    else:
+        have = _version(driver_version)[0]
+        shown, ok = f"the installed driver {driver_version}", _version(driver_version) >= _version(minimum)
+    problems = []
+    if not ok:
+        problems.append(f"{where}: MIG on {model.name} needs driver {minimum} or newer, but {shown} is older; "
+                        f"allowed: accel_driver_branch {min_branch} or newer")
+    for name in geometry or {}:
+        needed = PROFILE_MIN_BRANCH.get((model.name, str(name)))
+        if needed and have < needed:
+            problems.append(f"{where}: profile {name!r} on {model.name} needs driver branch {needed} or newer, "
+                            f"but {shown} is older; allowed: accel_driver_branch {needed} or newer")
+    return problems
 
 
 def normalize_device_id(pci_device_id) -> str:

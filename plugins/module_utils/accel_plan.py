@@ -25,11 +25,11 @@ from dataclasses import dataclass, field
 try:
     from ansible.module_utils.accel_constants import MODES, VCUDA_CORES_PER_GPU, VGPU_BACKENDS
     from ansible.module_utils.accel_inventory import RUNTIME_FACTS, VARIABLES, did_you_mean
-    from ansible.module_utils.accel_mig import MODELS, geometry_problems
+    from ansible.module_utils.accel_mig import MODELS, driver_problems, geometry_problems
 except ImportError:  # controller-side filters load module_utils by path
     from accel_constants import MODES, VCUDA_CORES_PER_GPU, VGPU_BACKENDS
     from accel_inventory import RUNTIME_FACTS, VARIABLES, did_you_mean
-    from accel_mig import MODELS, geometry_problems
+    from accel_mig import MODELS, driver_problems, geometry_problems
 
 MPS_MIN_REPLICAS = 2
 MPS_MAX_REPLICAS = 48  # client CUDA contexts per device on Volta and newer (MPS docs)
@@ -89,6 +89,12 @@ def _version_tuple(text) -> tuple[int, int] | None:
     return (int(match.group(1)), int(match.group(2))) if match else None
 
 
+def _driver_branch(value) -> int | None:
+    """Branch number of ``accel_driver_branch``; names may carry a flavour suffix ("535-server", "550-open")."""
+    match = re.match(r"^\s*(\d+)", "" if value is None else str(value))
+    return int(match.group(1)) if match else None
+
+
 def rule_mode(ctx: Context) -> list[str]:
     mode = ctx.get("accel_mode", _UNSET)
     if mode in MODES:
@@ -132,9 +138,7 @@ def rule_vgpu_backend(ctx: Context) -> list[str]:
             "accel_vgpu_backend", backend,
             f"GPU-Manager does not support the CUDA {ctx.facts.get('cuda_driver_version')} driver "
             f"(driver {ctx.facts.get('driver_version')}) on this host", allowed))
-    # Branch names may carry a flavour suffix ("535-server", "550-open"): the number decides.
-    match = re.match(r"^\s*(\d+)", str(ctx.get("accel_driver_branch", "")))
-    branch = int(match.group(1)) if match else None
+    branch = _driver_branch(ctx.get("accel_driver_branch"))
     if branch is not None and branch >= CUDA12_FIRST_DRIVER_BRANCH:
         problems.append(ctx.problem(
             "accel_driver_branch", ctx.get("accel_driver_branch"),
@@ -231,9 +235,12 @@ def rule_mig_geometry(ctx: Context) -> list[str]:
     for gpu in ctx.gpus:
         device_ids.setdefault(gpu.get("pci_device_id"), gpu)
     if device_ids:
+        # The planned branch is what MIG will run on; the installed driver only counts when none is planned.
+        branch = _driver_branch(ctx.get("accel_driver_branch"))
         for device_id, gpu in device_ids.items():
-            for text in geometry_problems(device_id, geometry, gpu=_gpu_label(gpu)):
-                problems.append(f"{ctx.host}: {text}")
+            texts = geometry_problems(device_id, geometry, gpu=_gpu_label(gpu))
+            texts += driver_problems(device_id, geometry, ctx.facts.get("driver_version"), branch)
+            problems.extend(f"{ctx.host}: {text}" for text in texts)
         return problems
     # No GPU visible yet (driver not installed): the geometry must at least be legal on some MIG model.
     per_model = {name: geometry_problems(m.device_ids[0], geometry) for name, m in MODELS.items()}

@@ -190,3 +190,21 @@ def test_filter_builds_the_config_from_hostvars():
     doc = FilterModule().filters()["accel_mig_parted_config_from_hostvars"](hostvars, ["lab-mig-0", "lab-pgpu-0"])
     assert doc["mig-configs"]["kube-accel-mig"] == [
         {"device-filter": "0x20B210DE", "devices": "all", "mig-enabled": True, "mig-devices": {"1g.10gb": 7}}]
+
+
+def test_driver_minimums_for_mig():
+    h200, a100_40 = "0x233510DE", "0x20B010DE"
+    assert mig.driver_problems(h200, {"7g.141gb": 1}, driver_version="550.90.07") == []
+    assert mig.driver_problems(h200, {"7g.141gb": 1}, driver_version="550.54.15") == [
+        "accel_mig_geometry: MIG on H200-141GB needs driver 550.90.07 or newer, but the installed driver 550.54.15 "
+        "is older; allowed: accel_driver_branch 550 or newer"]
+    # A planned branch takes precedence over the installed driver (the hosts play installs it first).
+    assert mig.driver_problems(h200, {"7g.141gb": 1}, driver_version="535.161.08", driver_branch=550) == []
+    assert "the planned driver branch 535 is older" in mig.driver_problems(h200, {"7g.141gb": 1}, driver_branch=535)[0]
+    # Profiles newer than their GPU: 1g.10gb (the 1g.2x class) on A100-40GB needs R525.
+    assert mig.driver_problems(a100_40, {"1g.10gb": 4}, driver_branch=470) == [
+        "accel_mig_geometry: profile '1g.10gb' on A100-40GB needs driver branch 525 or newer, but the planned driver "
+        "branch 470 is older; allowed: accel_driver_branch 525 or newer"]
+    assert mig.driver_problems(a100_40, {"1g.5gb": 7}, driver_branch=470) == []
+    assert mig.driver_problems("0x1EB810DE", {"1g.10gb": 1}, driver_branch=470) == []  # not MIG: reported elsewhere
+    assert set(mig.MIN_DRIVER) == set(mig.MODELS)

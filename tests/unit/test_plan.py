@@ -341,3 +341,14 @@ def test_rule_mig_owner_operator_needs_the_operator():
 def test_rule_gpu_manager_planned_branch_forms(branch, refused):
     problems = check(pool(mode="vgpu", vgpu_backend="gpu-manager", driver_branch=branch), {"count": 0})
     assert bool(problems) is refused, problems
+
+
+def test_rule_mig_driver_minimum():
+    old_driver = copy.deepcopy(gpus("h100-80gb"))
+    old_driver["driver_version"] = "520.61.05"  # stand-in for a host still on a pre-H100-MIG driver
+    settings = pool(mode="pgpu", mig_strategy="single", mig_geometry={"7g.80gb": 1})
+    assert check(settings, old_driver) == [
+        "gpu-01: accel_mig_geometry: MIG on H100-80GB needs driver 525.85.12 or newer, but the installed driver "
+        "520.61.05 is older; allowed: accel_driver_branch 525 or newer"]
+    assert check({**settings, "accel_driver_branch": "550"}, old_driver) == []
+    assert "the planned driver branch 470 is older" in check({**settings, "accel_driver_branch": "470"}, old_driver)[0]

@@ -199,6 +199,8 @@ def release_values(key: str, pools: list[dict[str, Any]], cluster: dict[str, Any
                 "deviceSplitCount": int(first.get("vgpu_split_count", 10)),
                 "deviceMemoryScaling": float(first.get("vgpu_memory_scaling", 1.0)),
                 "deviceCoreScaling": float(first.get("vgpu_core_scaling", 1.0)),
-                "schedulerPolicy": first.get("vgpu_scheduler_policy", "binpack"),
+                # One inventory policy for both levels: binpack fills nodes and GPUs before using new ones.
+                "scheduler": {"nodeSchedulerPolicy": first.get("vgpu_scheduler_policy", "binpack"),
+                              "gpuSchedulerPolicy": first.get("vgpu_scheduler_policy", "binpack")},
             }
     return values

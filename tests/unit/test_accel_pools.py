@@ -102,6 +102,6 @@ def test_release_values_per_mode():
     hami = ap.release_values("vgpu-hami", [_pool("h", ["n"], mode="vgpu", vgpu_split_count=5,
                                                  vgpu_scheduler_policy="spread")], {})
     assert hami["backend"] == "hami"
-    assert hami["hami"]["deviceSplitCount"] == 5 and hami["hami"]["schedulerPolicy"] == "spread"
+    assert hami["hami"]["deviceSplitCount"] == 5 and hami["hami"]["scheduler"]["gpuSchedulerPolicy"] == "spread"
     assert ap.release_values("vgpu-gpu-manager", [_pool("g", ["n"], mode="vgpu")], {})["backend"] == "gpu-manager"
     assert ap.chart_for("vgpu-hami") == "vgpu" and ap.chart_for("mps") == "mps"

@@ -605,7 +605,8 @@ class Helm:
             self.binary,
             "list",
             *self.cluster_flags(namespace),
-            "--all",
+            # helm 3 lists only deployed and failed releases unless told --all; helm 4 lists every state.
+            *(["--all"] if self.major < 4 else []),
             "--filter",
             f"^{re.escape(name)}$",
             "--output",
@@ -613,7 +614,7 @@ class Helm:
         ]
         entries = _parse_json(self.call(argv, "reading the release list"), argv)
         entry = next((e for e in entries or [] if e.get("name") == name), None)
-        if entry is None:
+        if entry is None or entry.get("status") == "uninstalled":  # kept history of an uninstall: gone
             return None
         status = entry.get("status", "")
         argv = [self.binary, "get", "values", name, *self.cluster_flags(namespace), "--output", "json"]

@@ -131,9 +131,9 @@ def test_check_mode_and_diff_report_without_changing(lab, release, tmp_path):
     # The default callback prints the diff a user reads: values as YAML, then the manifest.
     rc, _, text = playbook(lab, changed, tmp_path, check=True, diff=True, json_output=False)
     assert rc == 0, text
-    assert f"--- {release} values (revision 1)" in text and f"+++ {release} values (desired)" in text
+    assert f"--- before: {release} values (revision 1)" in text and f"+++ after: {release} values (desired)" in text
     assert "-replicas: 1" in text and "+replicas: 2" in text and "-podLabels:" in text
-    assert f"--- {release} manifest (revision 1)" in text and "+  replicas: 2" in text
+    assert f"--- before: {release} manifest (revision 1)" in text and "+  replicas: 2" in text
 
     assert history(lab, release) == [(1, "deployed", "Install complete")]
     assert deployment(lab, release)["spec"]["replicas"] == 1

@@ -488,3 +488,18 @@ def test_rollout_failure_says_where_the_release_stands():
     assert "did not restore a deployed revision (revision 2 is failed" in stuck
     plain = ah.explain_rollout_failure("rel", "x", False, "1m", deployed(), deployed(revision=2, status="failed"))
     assert "rolled back" not in plain and "rollback" not in plain
+
+
+@pytest.mark.parametrize(("version", "has_all"), [("v3.21.4", True), ("v4.2.4", False)])
+def test_release_lookup_sees_every_state(version, has_all):
+    """helm 3 hides pending releases from `list` without --all; helm 4 has no --all and lists every state."""
+    fake = FakeHelm(version=version, release=deployed_release(status="pending-install"))
+    found = ah.Helm("/h", fake).deployed("rel", "ns")
+    assert found.status == "pending-install"
+    listing = next(c for c in fake.calls if c[1] == "list")
+    assert ("--all" in listing) is has_all
+
+
+def test_uninstalled_with_kept_history_counts_as_absent():
+    fake = FakeHelm(release=deployed_release(status="uninstalled"))
+    assert ah.Helm("/h", fake).deployed("rel", "ns") is None

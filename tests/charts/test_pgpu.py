@@ -121,3 +121,13 @@ def test_digest_wins_over_tag(helm, tmp_path):
                       f"tag: v0.20.0, digest: '{digest}'}}\n")
     ds = one(render("pgpu", [values], helm=helm), "DaemonSet", "kube-accel-pgpu-device-plugin")
     assert container(ds, "nvidia-device-plugin")["image"] == f"mirror.example/nvidia/k8s-device-plugin@{digest}"
+
+
+def test_passthrough_only_release(helm, tmp_path):
+    values = tmp_path / "v.yaml"
+    values.write_text("pools: []\npassthrough: {enabled: true, pools: [vm-passthrough]}\n")
+    objs = render("pgpu", [values], helm=helm)
+    assert [o["metadata"]["name"] for o in objs if o["kind"] == "DaemonSet"] == [
+        "kube-accel-pgpu-sandbox-device-plugin"
+    ]
+    assert not [o for o in objs if o["kind"] in ("Job", "ConfigMap", "ClusterRole")]

@@ -3,6 +3,9 @@
 {{- if not (hasKey .Values.configs .Values.defaultConfig) -}}
 {{- fail (printf "defaultConfig=%q is not a key of configs; allowed: %s" .Values.defaultConfig (keys .Values.configs | sortAlpha | join ", ")) -}}
 {{- end -}}
+{{- if and (not .Values.pools) (not .Values.passthrough.enabled) -}}
+{{- fail "pools is empty: list the pgpu pools this release serves (it may be empty only with passthrough.enabled=true)" -}}
+{{- end -}}
 {{- if .Values.passthrough.enabled -}}
 {{- if not .Values.passthrough.pools -}}
 {{- fail "passthrough.enabled=true needs passthrough.pools: the pools whose GPUs are bound to vfio-pci" -}}

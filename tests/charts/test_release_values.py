@@ -1,0 +1,53 @@
+"""The values the cluster play builds (accel_pools.release_values) for the lab and example inventories are
+accepted by the charts, and the rendered DaemonSets select exactly the inventory's pools of that release."""
+
+from __future__ import annotations
+
+import accel_constants
+import accel_pools
+import pytest
+import yaml
+from chartlib import REPO, one, pod_spec, render, selected_pools
+
+
+def inventory_hosts(name: str) -> dict[str, dict]:
+    """host -> merged group_vars of its pool (host ranges are kept as one host: pools are what matters)."""
+    base = REPO / "inventories" / name
+    groups = yaml.safe_load((base / "hosts.yml").read_text())["all"]["children"]["gpu_pools"]["children"]
+    common = yaml.safe_load((base / "group_vars" / "gpu_pools.yml").read_text())
+    hosts = {}
+    for group, body in groups.items():
+        pool_vars = {**common, **yaml.safe_load((base / "group_vars" / f"{group}.yml").read_text())}
+        for host in body["hosts"]:
+            hosts[host] = pool_vars
+    return hosts
+
+
+def releases(name: str):
+    by_key: dict[str, list] = {}
+    for pool in accel_pools.collect_pools(inventory_hosts(name)):
+        by_key.setdefault(accel_pools.release_key(pool["settings"]), []).append(pool)
+    return sorted(by_key.items())
+
+
+CASES = [pytest.param(inv, key, pools, id=f"{inv}-{key}") for inv in ("lab", "example") for key, pools in releases(inv)]
+
+
+@pytest.mark.parametrize(("inventory", "key", "pools"), CASES)
+def test_play_values_render(helm, tmp_path, inventory, key, pools):
+    values = accel_pools.release_values(key, pools, {"image_registry": "mirror.example", "image_pull_secrets": []})
+    path = tmp_path / "values.yaml"
+    path.write_text(yaml.safe_dump(values))
+    chart = accel_pools.chart_for(key)
+    objs = render(chart, [path], helm=helm, release=f"kube-accel-{key}")
+    want = set(values["pools"])
+    for ds in (o for o in objs if o["kind"] == "DaemonSet"):
+        got = selected_pools(pod_spec(ds), accel_constants.LABELS["pool"])
+        if ds["metadata"]["name"].endswith("-sandbox-device-plugin"):
+            assert got == set(values["passthrough"]["pools"])
+        else:
+            assert got == want, ds["metadata"]["name"]
+    if chart == "mps":
+        cm = one(objs, "ConfigMap", "-configs")
+        for pool in pools:
+            assert accel_pools.device_plugin_config(pool["settings"]) in cm["data"]

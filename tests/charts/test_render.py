@@ -91,3 +91,31 @@ def test_common_facts(helm, chart, values):
             assert got in (pools, passthrough), f"{what} selects pools {got}, values say {pools}"
         if obj["kind"] == "DaemonSet":
             assert "affinity" in spec, f"{what} has no pool affinity"
+
+
+# Every privileged container and hostPID pod, by (chart, component, container); each has a reason in its template.
+PRIVILEGED = {
+    ("pgpu", "device-plugin", "nvidia-device-plugin"),  # only with compatWithCPUManager
+    ("pgpu", "gpu-feature-discovery", "gpu-feature-discovery"),
+    ("pgpu", "sandbox-device-plugin", "sandbox-device-plugin"),
+    ("mps", "mps-control-daemon", "mps-control-daemon-mounts"),
+    ("mps", "mps-control-daemon", "mps-control-daemon-ctr"),
+    ("vgpu", "device-plugin", "device-plugin"),
+    ("vgpu", "device-plugin", "vgpu-monitor"),
+    ("vgpu", "gpu-manager", "gpu-manager"),
+}
+HOST_PID = {("mps", "mps-control-daemon"), ("vgpu", "device-plugin"), ("vgpu", "gpu-manager")}
+
+
+@pytest.mark.parametrize(("chart", "values"), CASES)
+def test_privilege_only_where_documented(helm, chart, values):
+    for obj in render(chart, [values], helm=helm):
+        spec = pod_spec(obj)
+        if spec is None:
+            continue
+        component = obj["metadata"]["labels"]["app.kubernetes.io/component"]
+        if spec.get("hostPID") or spec.get("hostNetwork") or spec.get("hostIPC"):
+            assert (chart, component) in HOST_PID and not spec.get("hostNetwork") and not spec.get("hostIPC")
+        for c in containers(spec):
+            if (c.get("securityContext") or {}).get("privileged"):
+                assert (chart, component, c["name"]) in PRIVILEGED, f"{chart}/{component}/{c['name']} is privileged"

@@ -8,6 +8,7 @@ import subprocess
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
+import kubernetes_validate
 import yaml
 
 REPO = Path(__file__).resolve().parents[2]
@@ -18,8 +19,11 @@ BAD_DIR = Path(__file__).resolve().parent / "bad"
 NAMESPACE = "kube-accel"
 
 # The supported Kubernetes range (Chart.yaml kubeVersion >= 1.25; the lab and the product target 1.36).
-# kubernetes-validate ships schemas 1.25 .. 1.37, so both ends are validated against their own schemas.
-KUBE_VERSIONS = ("1.25.0", "1.36.0")
+# kubernetes-validate ships schemas 1.25 .. 1.37: both ends of the supported range are validated, and so is
+# the newest schema it ships (charts have no upper bound), each rendered with that --kube-version.
+SUPPORTED_KUBE_VERSIONS = ("1.25.0", "1.36.0")
+_LATEST = kubernetes_validate.latest_version()
+KUBE_VERSIONS = tuple(dict.fromkeys((*SUPPORTED_KUBE_VERSIONS, _LATEST if _LATEST.count(".") == 2 else f"{_LATEST}.0")))
 
 _TOOL_DIR = Path.home() / ".cache" / "kube-accel" / "bin"
 
@@ -52,7 +56,7 @@ def release_name(chart: str, values: Path | None = None) -> str:
 def helm_template(
     chart: str,
     values: Iterable[Path] = (),
-    kube_version: str = KUBE_VERSIONS[-1],
+    kube_version: str = SUPPORTED_KUBE_VERSIONS[-1],
     helm: str | None = None,
     extra: Iterable[str] = (),
     release: str | None = None,
@@ -65,7 +69,9 @@ def helm_template(
     return subprocess.run(cmd, capture_output=True, text=True, check=False, timeout=120)
 
 
-def render(chart: str, values: Iterable[Path] = (), kube_version: str = KUBE_VERSIONS[-1], **kw) -> list[dict]:
+def render(
+    chart: str, values: Iterable[Path] = (), kube_version: str = SUPPORTED_KUBE_VERSIONS[-1], **kw
+) -> list[dict]:
     values = list(values)
     proc = helm_template(chart, values, kube_version, **kw)
     assert proc.returncode == 0, f"helm template {chart} {[v.name for v in values]} failed:\n{proc.stderr}"

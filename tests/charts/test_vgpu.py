@@ -186,7 +186,7 @@ def test_gpu_manager_release(helm):
         accel_constants.RESOURCES["vgpu_memory_gpu_manager"],
     ]
     adm = one(objs, "Deployment", "-gpu-admission")
-    assert "--address=0.0.0.0:3456" in container(adm, "gpu-admission")["command"]
+    assert "--address=0.0.0.0:3456" in container(adm, "gpu-admission")["args"]
     svc = one(objs, "Service", "kube-accel-vgpu-gpu-manager-gpu-admission")
     assert svc["spec"]["ports"][0]["port"] == 3456
 

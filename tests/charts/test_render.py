@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import subprocess
+
 import accel_constants
 import kubernetes_validate
 import pytest
 import yaml
 from chartlib import (
     CHARTS,
+    CHARTS_DIR,
     KUBE_VERSIONS,
     NAMESPACE,
     containers,
     pod_spec,
+    release_name,
     render,
     selected_pools,
     values_files,
@@ -119,3 +123,30 @@ def test_privilege_only_where_documented(helm, chart, values):
         for c in containers(spec):
             if (c.get("securityContext") or {}).get("privileged"):
                 assert (chart, component, c["name"]) in PRIVILEGED, f"{chart}/{component}/{c['name']} is privileged"
+
+
+def notes(helm4: str, chart: str, values) -> str:
+    proc = subprocess.run(
+        [helm4, "install", "--dry-run=client", release_name(chart, values), str(CHARTS_DIR / chart),
+         "--namespace", NAMESPACE, "--values", str(values)],
+        capture_output=True, text=True, check=False, timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout.split("NOTES:", 1)[1]
+
+
+@pytest.mark.parametrize(("chart", "values"), CASES)
+def test_notes_tell_how_to_request(helm4, chart, values):
+    vals = yaml.safe_load(values.read_text()) or {}
+    text = notes(helm4, chart, values)
+    if chart == "vgpu" and vals.get("backend") == "gpu-manager":
+        wanted = ["tencent.com/vcuda-core:", "tencent.com/vcuda-memory:"]
+    elif chart == "vgpu":
+        wanted = ["nvidia.com/gpu: 1", "nvidia.com/gpumem:", "nvidia.com/gpucores:"]
+    else:
+        wanted = ["limits:", "nvidia.com/gpu"]
+    for line in wanted:
+        assert line in text, f"NOTES of {chart}/{values.name} lack {line!r}:\n{text}"
+    assert f"helm test {release_name(chart, values)}" in text
+    for pool in vals.get("pools", []):
+        assert pool in text

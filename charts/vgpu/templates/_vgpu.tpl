@@ -130,6 +130,8 @@ subjects:
   command:
     - kube-scheduler
     - --config=/etc/kube-accel/scheduler/config.yaml
+    # Self-signed serving certificates go to an emptyDir: the root filesystem is read-only.
+    - --cert-dir=/var/run/kube-scheduler
     - --v=2
   livenessProbe:
     httpGet: {path: /healthz, port: 10259, scheme: HTTPS}
@@ -142,6 +144,7 @@ subjects:
     {{- include "ka.restrictedContainerSecurityContext" . | nindent 4 }}
   volumeMounts:
     - {name: scheduler-config, mountPath: /etc/kube-accel/scheduler, readOnly: true}
+    - {name: scheduler-certs, mountPath: /var/run/kube-scheduler}
 {{- end -}}
 
 {{/* Ports that accept traffic from metricsFrom peers (or anyone when empty). */}}

@@ -52,6 +52,19 @@ IMAGES: dict[str, tuple[str, str, str]] = {
 UPSTREAM_REGISTRIES = ("nvcr.io", "registry.k8s.io", "docker.io")
 
 
+def _flag(cluster: dict[str, Any], key: str, default: bool) -> bool:
+    """A boolean setting; Ansible may hand over "true"/"False" strings from templated vars."""
+    value = cluster.get(key, default)
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("true", "yes", "on", "1"):
+        return True
+    if text in ("false", "no", "off", "0", ""):
+        return False
+    raise ValueError(f"{key}={value!r} is not a boolean (true/false)")
+
+
 def _mirror(repository: str, registry: str) -> str:
     """``nvcr.io/nvidia/k8s`` -> ``<registry>/nvidia/k8s``: one private mirror, upstream paths kept."""
     if not registry:
@@ -160,21 +173,21 @@ def gpu_operator_values(pools: list[dict[str, Any]], cluster: dict[str, Any] | N
     }
     values["operator"]["defaultRuntime"] = cluster.get("container_runtime", "containerd")
 
-    values["driver"]["enabled"] = not cluster.get("driver_managed_by_kube_accel", True)
-    values["toolkit"]["enabled"] = not cluster.get("toolkit_managed_by_kube_accel", True)
+    values["driver"]["enabled"] = not _flag(cluster, "driver_managed_by_kube_accel", True)
+    values["toolkit"]["enabled"] = not _flag(cluster, "toolkit_managed_by_kube_accel", True)
     # kube-accel's charts own the device plugin on every pool (one nvidia.com/gpu advertiser per node).
     values["devicePlugin"]["enabled"] = False
-    values["cdi"] = {"enabled": bool(cluster.get("cdi", False))}
-    values["nfd"] = {"enabled": bool(cluster.get("nfd", False))}
-    values["gfd"]["enabled"] = bool(cluster.get("gfd", False))
+    values["cdi"] = {"enabled": _flag(cluster, "cdi", False)}
+    values["nfd"] = {"enabled": _flag(cluster, "nfd", False)}
+    values["gfd"]["enabled"] = _flag(cluster, "gfd", False)
     # VM passthrough is the pgpu chart's sandbox device plugin; the operator's sandbox operands stay off.
     values["sandboxWorkloads"] = {"enabled": False}
     values["nodeStatusExporter"]["enabled"] = False
 
-    dcgm_exporter = bool(cluster.get("dcgm_exporter", True))
+    dcgm_exporter = _flag(cluster, "dcgm_exporter", True)
     values["dcgmExporter"]["enabled"] = dcgm_exporter
     values["dcgmExporter"]["serviceMonitor"] = {
-        "enabled": dcgm_exporter and bool(cluster.get("service_monitor", False)),
+        "enabled": dcgm_exporter and _flag(cluster, "service_monitor", False),
         "interval": str(cluster.get("service_monitor_interval", "15s")),
         "honorLabels": False,
     }
@@ -190,7 +203,7 @@ def gpu_operator_values(pools: list[dict[str, Any]], cluster: dict[str, Any] | N
             "default": "all-disabled",
             "data": {"config.yaml": yaml.safe_dump(document, sort_keys=False)},
         }
-        mig_manager["env"] = [{"name": "WITH_REBOOT", "value": str(bool(cluster.get("mig_with_reboot"))).lower()}]
+        mig_manager["env"] = [{"name": "WITH_REBOOT", "value": str(_flag(cluster, "mig_with_reboot", False)).lower()}]
     return copy.deepcopy(values)
 
 

@@ -189,3 +189,11 @@ def test_filter_plugin():
     values = filters["accel_gpu_operator_values"](LAB_POOLS, {"service_monitor": True})
     assert values == opv.gpu_operator_values(LAB_POOLS, {"service_monitor": True})
     assert filters["accel_gpu_operator_images"](values) == opv.operator_images(values)
+
+
+def test_string_flags_from_ansible():
+    values = opv.gpu_operator_values(LAB_POOLS, {"service_monitor": "False", "nfd": "true", "cdi": "no"})
+    assert values["dcgmExporter"]["serviceMonitor"]["enabled"] is False
+    assert values["nfd"] == {"enabled": True} and values["cdi"] == {"enabled": False}
+    with pytest.raises(ValueError, match="service_monitor='maybe' is not a boolean"):
+        opv.gpu_operator_values(LAB_POOLS, {"service_monitor": "maybe"})

@@ -55,7 +55,7 @@ lint: venv ## ansible-lint (production), yamllint, ruff, helm lint
 	$(BIN)/ruff check .
 	$(BIN)/ansible-lint
 	@for c in charts/*/; do [ -f "$$c/Chart.yaml" ] || continue; grep -q '^type: library' $$c/Chart.yaml && continue; \
-	  helm dependency build $$c >/dev/null 2>&1 || true; helm lint --strict $$c; done
+	  helm dependency build $$c >/dev/null 2>&1 || true; helm lint --strict --namespace kube-accel $$c; done
 
 .PHONY: unit
 unit: venv ## Unit tests only (no lab, no Molecule)
@@ -64,6 +64,10 @@ unit: venv ## Unit tests only (no lab, no Molecule)
 .PHONY: test
 test: toolchain lint ## Lint, unit, chart and lab integration tests, Molecule scenarios
 	$(BIN)/python -m pytest tests $(PYTEST_ARGS)
+
+.PHONY: gpu-check
+gpu-check: venv ## On a GPU node: NVML facts vs nvidia-smi, MPS limits, sharing benchmark (docs/gpu-validation.md)
+	$(BIN)/kube-accel-gpucheck all --out results/gpu
 
 .PHONY: images
 images: venv ## Image list for mirroring into a private registry

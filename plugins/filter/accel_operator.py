@@ -7,20 +7,15 @@
 
 from __future__ import annotations
 
-import importlib
 import os
 import sys
 
-import ansible.module_utils
+# Controller-side plugins do not see the module_utils path of ansible.cfg; install the same name resolution.
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import accel_import  # noqa: E402
 
-# Controller-side plugins cannot import custom module_utils by the ansible.module_utils name; load them by path
-# and alias them under that name, since accel_pools imports its siblings as ansible.module_utils.<name>.
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "module_utils"))
-for _name in ("accel_constants", "accel_mig", "accel_pools", "accel_operator_values"):
-    _mod = sys.modules.get(f"ansible.module_utils.{_name}") or importlib.import_module(_name)
-    sys.modules.setdefault(f"ansible.module_utils.{_name}", _mod)
-    setattr(ansible.module_utils, _name, _mod)
-accel_operator_values = sys.modules["ansible.module_utils.accel_operator_values"]
+accel_import.install()
+from ansible.module_utils import accel_operator_values  # noqa: E402
 
 
 def accel_gpu_operator_values(pools, cluster=None):

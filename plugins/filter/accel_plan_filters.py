@@ -9,10 +9,12 @@ import sys
 
 from ansible.errors import AnsibleFilterError
 
-# Controller-side plugins cannot import custom module_utils by the ansible.module_utils name; load by path.
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "module_utils"))
-import accel_mig  # noqa: E402
-import accel_plan  # noqa: E402
+# Controller-side plugins do not see the module_utils path of ansible.cfg; install the same name resolution.
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import accel_import  # noqa: E402
+
+accel_import.install()
+from ansible.module_utils import accel_mig, accel_plan  # noqa: E402
 
 
 def _plain(value):

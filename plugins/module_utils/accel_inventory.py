@@ -14,10 +14,7 @@ from __future__ import annotations
 
 import difflib
 
-try:
-    from ansible.module_utils.accel_constants import MODES, VGPU_BACKENDS
-except ImportError:  # controller-side filters load module_utils by path
-    from accel_constants import MODES, VGPU_BACKENDS
+from ansible.module_utils.accel_constants import MODES, VGPU_BACKENDS
 
 
 def _var(scope, type_, description, **extra):

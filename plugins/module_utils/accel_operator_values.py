@@ -17,15 +17,9 @@ import copy
 from typing import Any
 
 import yaml
-
-try:  # Ansible (module_utils on the controller) and tests (conftest aliases) both provide this name.
-    from ansible.module_utils.accel_constants import LABELS
-    from ansible.module_utils.accel_mig import mig_parted_config
-    from ansible.module_utils.accel_pools import mig_config_name
-except ImportError:  # pragma: no cover - plain import when loaded by path (filter plugins)
-    from accel_constants import LABELS
-    from accel_mig import mig_parted_config
-    from accel_pools import mig_config_name
+from ansible.module_utils.accel_constants import LABELS
+from ansible.module_utils.accel_mig import mig_parted_config
+from ansible.module_utils.accel_pools import mig_config_name
 
 OPERATOR_CHART_VERSION = "v26.7.0"
 MIG_PARTED_CONFIGMAP = "kube-accel-mig-parted-config"

@@ -22,14 +22,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-try:
-    from ansible.module_utils.accel_constants import MODES, VCUDA_CORES_PER_GPU, VGPU_BACKENDS
-    from ansible.module_utils.accel_inventory import RUNTIME_FACTS, VARIABLES, did_you_mean
-    from ansible.module_utils.accel_mig import MODELS, driver_problems, geometry_problems
-except ImportError:  # controller-side filters load module_utils by path
-    from accel_constants import MODES, VCUDA_CORES_PER_GPU, VGPU_BACKENDS
-    from accel_inventory import RUNTIME_FACTS, VARIABLES, did_you_mean
-    from accel_mig import MODELS, driver_problems, geometry_problems
+from ansible.module_utils.accel_constants import MODES, VCUDA_CORES_PER_GPU, VGPU_BACKENDS
+from ansible.module_utils.accel_inventory import RUNTIME_FACTS, VARIABLES, did_you_mean
+from ansible.module_utils.accel_mig import MODELS, driver_problems, geometry_problems
 
 MPS_MIN_REPLICAS = 2
 MPS_MAX_REPLICAS = 48  # client CUDA contexts per device on Volta and newer (MPS docs)

@@ -1,0 +1,24 @@
+"""The README documents every inventory variable, rendered from the one list in accel_inventory."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ansible.module_utils.accel_inventory import VARIABLES
+from readme_vars import rendered  # scripts/readme_vars.py
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+
+
+def test_readme_variable_table_is_current():
+    text = README.read_text()
+    assert rendered(text) == text, "run scripts/readme_vars.py"
+    for name in VARIABLES:
+        assert f"| `{name}` |" in text
+
+
+def test_readme_opens_with_the_two_commands():
+    lines = README.read_text().splitlines()
+    block = lines[lines.index("```sh") + 1:lines.index("```sh") + 3]
+    assert block[0].startswith("make demo") and block[1].startswith("make test")
+    assert (README.parent / ".ci" / "run").read_text().strip().endswith("exec make test")

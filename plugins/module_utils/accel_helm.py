@@ -599,7 +599,23 @@ class Helm:
             argv.append("--wait" if self.major < 4 else "--wait=watcher")
         return [*argv, "--timeout", timeout]
 
+    def rollback_argv(self, name: str, namespace: str, revision: int, wait: bool, timeout: str) -> list[str]:
+        argv = [self.binary, "rollback", name, str(revision), *self.cluster_flags(namespace)]
+        if wait:
+            argv.append("--wait" if self.major < 4 else "--wait=watcher")
+        return [*argv, "--timeout", timeout]
+
     # -- reads
+    def last_good_revision(self, name: str, namespace: str) -> int | None:
+        """The revision to go back to: the deployed one (helm 3 keeps it so), else the newest superseded."""
+        argv = [self.binary, "history", name, *self.cluster_flags(namespace), "--max", "256", "--output", "json"]
+        entries = _parse_json(self.call(argv, f"reading the history of release {name}"), argv) or []
+        for wanted in ("deployed", "superseded"):
+            revisions = [int(e["revision"]) for e in entries if e.get("status") == wanted]
+            if revisions:
+                return max(revisions)
+        return None
+
     def deployed(self, name: str, namespace: str) -> Deployed | None:
         argv = [
             self.binary,
@@ -702,6 +718,9 @@ def ensure_present(helm: Helm, spec: ReleaseSpec, *, check_mode: bool, diff_mode
         validate_values(helm, spec)
     result: dict[str, Any] = {"changed": False}
     deployed = helm.deployed(spec.name, spec.namespace)
+    recovery: list[str] = []
+    if deployed is not None and deployed.status == "failed":
+        deployed, recovery = _recover_failed(helm, spec, deployed, result, check_mode)
     with tempfile.NamedTemporaryFile("w", prefix="accel-release-", suffix=".yaml", delete=False) as handle:
         handle.write(values_yaml(spec.values))
         values_file = handle.name
@@ -721,7 +740,7 @@ def ensure_present(helm: Helm, spec: ReleaseSpec, *, check_mode: bool, diff_mode
             manifest=rendered.get("manifest", "") if rendered is not None else None,
         )
         decision = decide(desired, deployed)
-        result["changes"] = decision.reasons
+        result["changes"] = recovery + decision.reasons
         result["chart"] = f"{desired.chart_name}-{desired.chart_version}"
         result["app_version"] = desired.app_version
         if diff_mode and decision.changed:
@@ -765,6 +784,27 @@ def ensure_present(helm: Helm, spec: ReleaseSpec, *, check_mode: bool, diff_mode
         return result
     finally:
         os.unlink(values_file)
+
+
+def _recover_failed(
+    helm: Helm, spec: ReleaseSpec, deployed: Deployed, result: dict, check_mode: bool
+) -> tuple[Deployed | None, list[str]]:
+    """Roll a failed release back to its last good revision before upgrading it.
+
+    helm 3 computes an upgrade's patch from the last *deployed* manifest, not from what the failed attempt left
+    live, so a field the failed revision added (say a nodeSelector) would survive an upgrade that drops it. A
+    rollback patches from the failed manifest and removes such fields; the upgrade then starts from known state.
+    """
+    good = helm.last_good_revision(spec.name, spec.namespace)
+    if good is None:  # a failed first install: nothing to go back to, helm upgrades it in place
+        return deployed, []
+    argv = helm.rollback_argv(spec.name, spec.namespace, good, spec.wait or spec.atomic, spec.timeout)
+    result["rollback_command"] = argv
+    if check_mode:
+        return deployed, [f"release status is 'failed': would first roll back to revision {good}"]
+    helm.call(argv, f"rolling failed release {spec.name!r} back to revision {good}")
+    result.update(changed=True, rolled_back_to=good)
+    return helm.deployed(spec.name, spec.namespace), [f"release status was 'failed': rolled back to revision {good}"]
 
 
 def _safe_deployed(helm: Helm, spec: ReleaseSpec) -> Deployed | None:

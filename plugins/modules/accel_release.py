@@ -15,6 +15,9 @@ description:
     with C(helm list), C(helm get values) and C(helm get manifest) of the deployed release (chart name and
     version, app version, the user-supplied values and every object of the manifest). A release whose status is
     not C(deployed) (failed, pending) always counts as changed.
+  - A C(failed) release (an earlier run with O(atomic=false), or a rollback that failed) is first rolled back to
+    its last good revision, then upgraded if it still differs. helm 3 patches from the last deployed manifest,
+    so without this a field that only the failed revision added would stay on the live objects.
   - Works with helm 3 and helm 4; the flags for wait and rollback are chosen from C(helm version --short).
   - The module runs helm on the host it executes on (normally the controller, with C(delegate_to) or
     C(connection=local)); C(values_template) and a local C(chart) are read there too.
@@ -189,6 +192,16 @@ command:
   returned: when changed
   type: list
   elements: str
+rollback_command:
+  description: The C(helm rollback) argv run (or, in check mode, that would run) to bring a failed release back to its last good revision before the upgrade.
+  returned: when the release was in C(failed) state and had a good revision
+  type: list
+  elements: str
+rolled_back_to:
+  description: Revision a failed release was rolled back to before being upgraded.
+  returned: when that rollback ran
+  type: int
+  sample: 1
 helm_version:
   description: Version of the helm binary used.
   returned: always

@@ -205,3 +205,43 @@ def test_absent_uninstalls_once(lab, release, tmp_path):
     rc, again, out = playbook(lab, absent, tmp_path)
     assert rc == 0 and again["changed"] is False, out
     assert helm(lab, "status", release).returncode != 0
+
+
+@pytest.mark.parametrize("which", ["helm", "helm4"])
+def test_failed_release_without_atomic_is_recovered_on_the_next_run(lab, release, tmp_path, which):
+    """With atomic off a failed upgrade stays failed. The next run must not call that converged, and must
+    really remove what the failed revision added: helm 3 alone would patch from revision 1 and keep the
+    failed revision's nodeSelector, so the module rolls back to the last good revision first."""
+    binary = str(getattr(lab, which))
+    good = base_args(release, helm_binary=binary)
+    assert playbook(lab, good, tmp_path)[0] == 0
+    bad = base_args(
+        release,
+        helm_binary=binary,
+        atomic=False,
+        timeout="10s",
+        values={**good["values"], "nodeSelector": UNSATISFIABLE},
+    )
+    rc, result, out = playbook(lab, bad, tmp_path)
+    assert rc != 0 and result["status"] == "failed", out
+    assert "rolled back" not in result["msg"]
+
+    rc, checked, out = playbook(lab, bad, tmp_path, check=True)
+    assert rc == 0 and checked["changed"] is True, out
+    assert checked["changes"][:2] == [
+        "release status is 'failed': would first roll back to revision 1",
+        "release status is 'failed', not 'deployed'",
+    ]
+    assert [h[1] for h in history(lab, release)][-1] == "failed"  # check mode touched nothing
+
+    fixed_values = {**good["values"], "podLabels": {"team": "ml"}}
+    rc, fixed, out = playbook(lab, base_args(release, helm_binary=binary, values=fixed_values), tmp_path)
+    assert rc == 0, out
+    assert fixed["changed"] is True and fixed["rolled_back_to"] == 1
+    assert fixed["status"] == "deployed" and fixed["revision"] == 4
+    revisions = history(lab, release)
+    assert [r[1] for r in revisions] == ["superseded", "failed", "superseded", "deployed"], revisions
+    assert "Rollback to 1" in revisions[2][2]
+    spec = deployment(lab, release)
+    assert "nodeSelector" not in spec["spec"]["template"]["spec"]
+    assert spec["spec"]["template"]["metadata"]["labels"]["team"] == "ml"

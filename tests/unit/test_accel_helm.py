@@ -44,6 +44,7 @@ class FakeHelm:
         self.upgrade_result = upgrade
         self.render_manifest = render_manifest
         self.calls: list[list[str]] = []
+        self.history: list[dict] = []
 
     def __call__(self, argv):
         argv = list(argv)
@@ -75,6 +76,12 @@ class FakeHelm:
         if sub == "upgrade":
             rc, out, err = self.upgrade_result
             return rc, out if out is not None else json.dumps(self._release_json(MANIFEST_V2, "deployed", 2)), err
+        if sub == "history":
+            return 0, json.dumps(self.history), ""
+        if sub == "rollback":
+            # helm copies the good revision's values and manifest into a new deployed revision.
+            self.release = deployed_release(revision=len(self.history) + 1)
+            return 0, "Rollback was a success! Happy Helming!\n", ""
         if sub == "uninstall":
             return 0, 'release "rel" uninstalled\n', ""
         if sub == "show":
@@ -503,3 +510,35 @@ def test_release_lookup_sees_every_state(version, has_all):
 def test_uninstalled_with_kept_history_counts_as_absent():
     fake = FakeHelm(release=deployed_release(status="uninstalled"))
     assert ah.Helm("/h", fake).deployed("rel", "ns") is None
+
+
+def test_failed_release_is_rolled_back_to_last_good_revision_before_upgrading():
+    fake = FakeHelm(
+        release=deployed_release(revision=2, status="failed", values={"replicas": 1, "nodeSelector": {"x": "y"}})
+    )
+    fake.history = [{"revision": 1, "status": "superseded"}, {"revision": 2, "status": "failed"}]
+    checked = present(fake, check=True)
+    assert (
+        checked["changed"]
+        and checked["changes"][0] == "release status is 'failed': would first roll back to revision 1"
+    )
+    assert "rollback" not in fake.subcommands() and checked["rollback_command"][1:4] == ["rollback", "rel", "1"]
+
+    result = present(fake)  # desired values equal revision 1's: the rollback alone converges
+    assert fake.subcommands().count("rollback") == 1 and fake.real_upgrades() == []
+    assert result["changed"] is True and result["rolled_back_to"] == 1 and result["revision"] == 3
+    assert result["changes"] == ["release status was 'failed': rolled back to revision 1"]
+
+
+def test_failed_first_install_is_upgraded_in_place():
+    fake = FakeHelm(release=deployed_release(status="failed"))
+    fake.history = [{"revision": 1, "status": "failed"}]
+    result = present(fake)
+    assert "rollback" not in fake.subcommands() and len(fake.real_upgrades()) == 1
+    assert result["changed"] and "rolled_back_to" not in result
+
+
+@pytest.mark.parametrize(("version", "wait_flag"), [("v3.21.4", "--wait"), ("v4.2.4", "--wait=watcher")])
+def test_rollback_argv(version, wait_flag):
+    argv = ah.Helm("/h", FakeHelm(version=version)).rollback_argv("rel", "ns", 4, True, "2m")
+    assert argv == ["/h", "rollback", "rel", "4", "--namespace", "ns", wait_flag, "--timeout", "2m"]

@@ -78,6 +78,13 @@ def deployment(lab, name):
     return json.loads(proc.stdout)
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _test_namespace(lab):
+    """The releases' namespace (created by the module) goes away with the module's tests."""
+    yield
+    lab.kubectl_run("delete", "namespace", NAMESPACE, "--ignore-not-found", "--timeout=60s", check=False)
+
+
 @pytest.fixture
 def release(lab):
     """A fresh release name, uninstalled afterwards whatever the test did."""

@@ -188,7 +188,7 @@ changes:
   elements: str
   sample: ["chart tiny-0.1.0 -> tiny-0.2.0", "values differ: replicas"]
 command:
-  description: The helm argv that was run (or would run in check mode) to change the release.
+  description: The helm argv that was run (or would run in check mode) to change the release; its C(--values) file is a temporary copy of the values, removed after the run.
   returned: when changed
   type: list
   elements: str

@@ -16,7 +16,7 @@ version_added: "0.1.0"
 author: kube-accel contributors
 options:
   nodes:
-    description: Desired state per node name, C({labels: {...}, taints: [{key, value, effect}]}).
+    description: 'Desired state per node name: C(labels) (a dict) and C(taints) (a list of C(key), C(value), C(effect)).'
     type: dict
     required: true
   managed_label_keys:

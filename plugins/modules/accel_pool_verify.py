@@ -19,8 +19,8 @@ author: kube-accel contributors
 options:
   pools:
     description:
-      - List of pools, each C({pool, mode, release, nodes, labels, resources, request}); C(resources) maps
-        resource name to the expected allocatable quantity per node (0 = any positive quantity).
+      - 'List of pools, each with C(pool), C(mode), C(release), C(nodes), C(labels), C(resources) and C(request).'
+      - C(resources) maps a resource name to the expected allocatable quantity per node (0 means any positive quantity).
     type: list
     elements: dict
     required: true

@@ -82,16 +82,25 @@ def test_bad_inventory_change_is_refused_with_the_cluster_untouched(lab, converg
     assert node_labels(lab) == before_labels
 
 
-def test_unreachable_host_fails_alone(lab, converged, tmp_path):
-    inventory = tmp_path / "hosts.yml"
+def test_unreachable_host_fails_alone(lab, converged):
+    # Two levels under the repo like inventories/lab, so the lab's inventory_dir-relative paths resolve.
+    extra = REPO / "inventories" / ".tmp-unreachable"
+    extra.mkdir(exist_ok=True)
+    inventory = extra / "hosts.yml"
     # One more MPS host whose container does not exist: unreachable. 1 of 6 hosts stays under the 20 % limit.
     inventory.write_text(
         "all:\n  children:\n    gpu_pools:\n      children:\n        pool_mps:\n          hosts:\n"
         "            lab-mps-gone:\n"
     )
-    proc, recap = site(lab, "-i", str(REPO / "inventories" / "lab" / "hosts.yml"), "--tags", "preflight,hosts",
-                       inventory=inventory)
-    assert recap["lab-mps-gone"]["unreachable"] == 1, proc.stdout[-3000:]
+    try:
+        proc, recap = site(lab, "-i", str(REPO / "inventories" / "lab" / "hosts.yml"), "--tags", "preflight,hosts",
+                           inventory=inventory)
+    finally:
+        inventory.unlink()
+        extra.rmdir()
+    gone = recap["lab-mps-gone"]
+    assert gone["ok"] == 0 and gone["failed"] + gone["unreachable"] >= 1, proc.stdout[-3000:]
+    assert proc.returncode != 0
     for host in ("lab-hami-0", "lab-vcuda-0", "lab-pgpu-0", "lab-mps-0", "lab-mig-0"):
         assert recap[host]["failed"] == 0 and recap[host]["unreachable"] == 0, proc.stdout[-3000:]
         assert recap[host]["ok"] > 10  # the hosts play ran to its end there

@@ -120,7 +120,7 @@ def test_bad_plan_changes_nothing_and_stops_after_preflight(bad_run):
     # The good host passed its own checks, yet nothing ran on it after the preflight play.
     assert "ok-pgpu-0: plan OK (8 GPU(s); source snapshot:dual-socket-a100x8)" in proc.stdout
     plays = re.findall(r"^PLAY \[(.+?)\]", proc.stdout, re.M)
-    assert plays == ["Preflight checks on every GPU host"], plays
+    assert plays == ["Find the GPU hosts that can be reached", "Preflight checks on every reachable GPU host"], plays
 
 
 def test_lab_inventory_passes_preflight():

@@ -56,9 +56,10 @@ def accel_mig_placement(geometry, pci_device_id):
     return [list(item) for item in accel_mig.find_placement(model, _plain(geometry))]
 
 
-def accel_mig_config_name(pool):
-    """``accel_pool | accel_mig_config_name`` -> ``kube-accel-<pool>`` (mig-parted config, nvidia.com/mig.config)."""
-    return accel_mig.mig_config_name(str(pool))
+def accel_mig_config_name(geometry):
+    """``accel_mig_geometry | accel_mig_config_name`` -> mig-parted config name (also the nvidia.com/mig.config
+    label value), e.g. ``kube-accel-1g.10gb-2.3g.40gb-1``."""
+    return accel_mig.mig_config_name(_plain(geometry or {}))
 
 
 def accel_mig_parted_config(geometries, device_ids=None):

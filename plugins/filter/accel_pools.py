@@ -30,6 +30,10 @@ def accel_pools_of(hosts, hostvars):
         gpus = facts.get("gpus") or []
         pool["gpu_count"] = int(facts.get("count") or 0)
         pool["gpu_memory_mib"] = int(gpus[0]["memory_total_mib"]) if gpus else 0
+        # PCI device IDs seen on the pool's hosts narrow the mig-parted device filters to the real models.
+        pool["device_ids"] = sorted({g["pci_device_id"] for h in pool["hosts"]
+                                     for g in (plain[h].get("nvidia_gpus") or {}).get("gpus") or []
+                                     if g.get("pci_device_id")})
     return pools
 
 

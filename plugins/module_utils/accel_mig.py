@@ -343,9 +343,11 @@ def example_layouts(model: MigModel, limit: int = 4) -> list[str]:
     return layouts
 
 
-def mig_config_name(pool: str) -> str:
-    """The mig-parted config (and ``nvidia.com/mig.config`` label value) kube-accel uses for a pool."""
-    return f"kube-accel-{pool}"
+def mig_config_name(geometry: dict) -> str:
+    """The mig-parted config (and ``nvidia.com/mig.config`` label value) for a geometry, readable and stable:
+    ``{"3g.40gb": 1, "1g.10gb": 2}`` -> ``kube-accel-1g.10gb-2.3g.40gb-1``; pools with one layout share it."""
+    parts = [f"{profile}-{int(count)}" for profile, count in sorted(geometry.items())]
+    return "kube-accel-" + ".".join(parts) if parts else "all-disabled"
 
 
 def mig_parted_config(geometries: dict, device_ids: dict | None = None) -> dict:
@@ -390,24 +392,19 @@ def mig_parted_config_for_hosts(hosts: dict) -> dict:
 
     ``hosts``: host -> ``{"pool": accel_pool, "geometry": accel_mig_geometry, "device_ids": [pci_device_id, ...]}``
     (device IDs from the host's ``nvidia_gpus`` facts; empty when not gathered). Hosts without a geometry are
-    skipped. One config per pool (``mig_config_name``); its device filter covers the device IDs seen on the pool's
-    hosts, or every model the geometry fits when no host reported its GPUs. Raises ``ValueError`` when two hosts
-    of one pool disagree on the geometry, or when a geometry is illegal.
+    skipped. One config per geometry (``mig_config_name``); its device filter covers the device IDs seen on the
+    hosts with that geometry, or every model the geometry fits when none reported its GPUs. Raises ``ValueError``
+    when a geometry is illegal.
     """
     geometries: dict[str, dict] = {}
     device_ids: dict[str, set] = {}
-    owners: dict[str, str] = {}
     for host in sorted(hosts):
         entry = hosts[host] or {}
-        geometry = dict(entry.get("geometry") or {})
+        geometry = {str(k): int(v) for k, v in (entry.get("geometry") or {}).items()}
         if not geometry:
             continue
-        name = mig_config_name(entry.get("pool") or host)
-        if name in geometries and geometries[name] != geometry:
-            raise ValueError(f"mig config {name}: hosts {owners[name]} and {host} of one pool have different "
-                             f"geometries {geometries[name]} and {geometry}")
+        name = mig_config_name(geometry)
         geometries[name] = geometry
-        owners.setdefault(name, host)
         ids = {normalize_device_id(d) for d in entry.get("device_ids") or [] if model_for_device(d)}
         device_ids.setdefault(name, set()).update(ids)
     return mig_parted_config(geometries, {k: sorted(v) for k, v in device_ids.items() if v})

@@ -18,8 +18,7 @@ from typing import Any
 
 import yaml
 from ansible.module_utils.accel_constants import LABELS
-from ansible.module_utils.accel_mig import mig_parted_config
-from ansible.module_utils.accel_pools import mig_config_name
+from ansible.module_utils.accel_mig import mig_parted_config_for_hosts
 
 OPERATOR_CHART_VERSION = "v26.7.0"
 MIG_PARTED_CONFIGMAP = "kube-accel-mig-parted-config"
@@ -91,22 +90,17 @@ def operator_mig_pools(pools: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def mig_parted_document(pools: list[dict[str, Any]]) -> dict[str, Any]:
-    """mig-parted ``version: v1`` config with one entry per operator-owned MIG pool.
+    """mig-parted ``version: v1`` config with one entry per operator-owned MIG geometry.
 
     Config names are the ``nvidia.com/mig.config`` label values the cluster play puts on the pool's nodes
-    (accel_pools.mig_config_name); ``all-disabled`` is always present. Raises ValueError for an illegal geometry.
+    (accel_mig.mig_config_name); device filters come from the pools' ``device_ids`` (from the GPU facts) or cover
+    every model the geometry fits; ``all-disabled`` is always present. Raises ValueError for an illegal geometry.
     """
-    geometries: dict[str, dict[str, int]] = {}
-    device_ids: dict[str, list[str]] = {}
-    for pool in operator_mig_pools(pools):
-        name = mig_config_name(pool)
-        geometry = {str(k): int(v) for k, v in pool["mig_geometry"].items()}
-        if name in geometries and geometries[name] != geometry:  # pragma: no cover - names derive from geometry
-            raise ValueError(f"pools disagree on mig config {name}")
-        geometries[name] = geometry
-        if pool.get("device_ids"):
-            device_ids.setdefault(name, []).extend(pool["device_ids"])
-    return mig_parted_config(geometries, device_ids or None)
+    hosts = {
+        str(pool.get("pool", index)): {"geometry": pool["mig_geometry"], "device_ids": pool.get("device_ids") or []}
+        for index, pool in enumerate(operator_mig_pools(pools))
+    }
+    return mig_parted_config_for_hosts(hosts)
 
 
 def gpu_operator_values(pools: list[dict[str, Any]], cluster: dict[str, Any] | None = None) -> dict[str, Any]:

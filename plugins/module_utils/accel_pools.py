@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ansible.module_utils import accel_mig
 from ansible.module_utils.accel_constants import (
     LABELS,
     RESOURCES,
@@ -41,10 +42,8 @@ def device_plugin_config(settings: dict[str, Any]) -> str | None:
 
 
 def mig_config_name(settings: dict[str, Any]) -> str:
-    """mig-parted config name for a pool's geometry, stable and readable: ``kube-accel-1g.10gb-2.3g.40gb-1``."""
-    geometry = settings.get("mig_geometry") or {}
-    parts = [f"{profile}-{count}" for profile, count in sorted(geometry.items())]
-    return "kube-accel-" + ".".join(parts) if parts else "all-disabled"
+    """mig-parted config name for a pool's geometry (``accel_mig.mig_config_name``)."""
+    return accel_mig.mig_config_name(settings.get("mig_geometry") or {})
 
 
 def node_labels(settings: dict[str, Any]) -> dict[str, str]:

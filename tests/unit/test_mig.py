@@ -132,10 +132,13 @@ def test_device_id_forms(value):
 
 def test_mig_parted_config_for_the_lab_geometry():
     geometry = {"3g.40gb": 1, "2g.20gb": 1, "1g.10gb": 2}
-    doc = mig.mig_parted_config({mig.mig_config_name("mig"): geometry})
+    name = mig.mig_config_name(geometry)
+    assert name == "kube-accel-1g.10gb-2.2g.20gb-1.3g.40gb-1"
+    assert mig.mig_config_name({}) == "all-disabled"
+    doc = mig.mig_parted_config({name: geometry})
     assert doc["version"] == "v1"
     assert doc["mig-configs"]["all-disabled"] == [{"devices": "all", "mig-enabled": False}]
-    (entry,) = doc["mig-configs"]["kube-accel-mig"]
+    (entry,) = doc["mig-configs"][name]
     # Same profile names on the A100-80GB and H100-80GB groups: both get the config.
     assert set(entry["device-filter"]) == set(mig.MODELS["A100-80GB"].device_ids + mig.MODELS["H100-80GB"].device_ids)
     assert entry["devices"] == "all" and entry["mig-enabled"] is True and entry["mig-devices"] == geometry
@@ -154,7 +157,7 @@ def test_mig_parted_config_refuses_illegal_geometry():
 
 def test_filters_expose_the_mig_functions():
     filters = FilterModule().filters()
-    assert filters["accel_mig_config_name"]("mig") == "kube-accel-mig"
+    assert filters["accel_mig_config_name"]({"7g.80gb": 1}) == "kube-accel-7g.80gb-1"
     doc = filters["accel_mig_parted_config"]({"kube-accel-a30": {"2g.12gb": 1, "1g.6gb": 2}})
     assert doc["mig-configs"]["kube-accel-a30"][0]["device-filter"] == "0x20B710DE"
     with pytest.raises(AnsibleFilterError):
@@ -173,12 +176,10 @@ def test_mig_parted_config_for_hosts_uses_the_devices_seen():
         "a30-0": {"pool": "a30-mig", "geometry": {"4g.24gb": 1}, "device_ids": []},
     })
     configs = doc["mig-configs"]
-    assert sorted(configs) == ["all-disabled", "kube-accel-a30-mig", "kube-accel-mig"]
-    assert configs["kube-accel-mig"][0]["device-filter"] == ["0x20B210DE", "0x233010DE"]
-    assert configs["kube-accel-a30-mig"][0]["device-filter"] == "0x20B710DE"
-    with pytest.raises(ValueError, match="have different geometries"):
-        mig.mig_parted_config_for_hosts({"a": {"pool": "p", "geometry": {"7g.80gb": 1}},
-                                         "b": {"pool": "p", "geometry": {"3g.40gb": 2}}})
+    mixed, a30 = mig.mig_config_name(layout), mig.mig_config_name({"4g.24gb": 1})
+    assert sorted(configs) == sorted(["all-disabled", a30, mixed])
+    assert configs[mixed][0]["device-filter"] == ["0x20B210DE", "0x233010DE"]
+    assert configs[a30][0]["device-filter"] == "0x20B710DE"
 
 
 def test_filter_builds_the_config_from_hostvars():
@@ -188,7 +189,7 @@ def test_filter_builds_the_config_from_hostvars():
         "lab-pgpu-0": {"accel_pool": "pgpu"},
     }
     doc = FilterModule().filters()["accel_mig_parted_config_from_hostvars"](hostvars, ["lab-mig-0", "lab-pgpu-0"])
-    assert doc["mig-configs"]["kube-accel-mig"] == [
+    assert doc["mig-configs"]["kube-accel-1g.10gb-7"] == [
         {"device-filter": "0x20B210DE", "devices": "all", "mig-enabled": True, "mig-devices": {"1g.10gb": 7}}]
 
 

@@ -63,7 +63,9 @@ unit: venv ## Unit tests only (no lab, no Molecule)
 
 .PHONY: test
 test: toolchain lint ## Lint, unit, chart and lab integration tests, Molecule scenarios
-	$(BIN)/python -m pytest tests $(PYTEST_ARGS)
+	$(BIN)/python -m pytest tests --ignore=tests/molecule $(PYTEST_ARGS)
+	# Molecule scenarios are independent podman hosts with unique names: two at a time.
+	$(BIN)/python -m pytest tests/molecule -n 2 $(PYTEST_ARGS)
 
 .PHONY: gpu-check
 gpu-check: venv ## On a GPU node: NVML facts vs nvidia-smi, MPS limits, sharing benchmark (docs/gpu-validation.md)

@@ -78,19 +78,15 @@ missing:
   elements: str
 """
 
-import traceback
-
+from ansible.module_utils.accel_kube import KUBE_ARGUMENT_SPEC, api_client
 from ansible.module_utils.accel_labels import plan
-from ansible.module_utils.basic import AnsibleModule, missing_required_lib
+from ansible.module_utils.basic import AnsibleModule
 
 try:
-    from kubernetes import client, config
+    from kubernetes import client
     from kubernetes.client.exceptions import ApiException
-
-    HAS_K8S = True
 except ImportError:
-    HAS_K8S = False
-    K8S_IMPORT_ERROR = traceback.format_exc()
+    pass  # api_client() reports the missing library
 
 
 def main():
@@ -101,16 +97,14 @@ def main():
             "managed_taint_keys": {"type": "list", "elements": "str", "default": [], "no_log": False},
             "prune_label": {"type": "str"},
             "fail_on_missing": {"type": "bool", "default": True},
-            "kubeconfig": {"type": "path"},
-            "context": {"type": "str"},
+            **KUBE_ARGUMENT_SPEC,
         },
         supports_check_mode=True,
     )
-    if not HAS_K8S:
-        module.fail_json(msg=missing_required_lib("kubernetes"), exception=K8S_IMPORT_ERROR)
     p = module.params
+    kube = api_client(module)
     try:
-        api = client.CoreV1Api(config.new_client_from_config(p["kubeconfig"], context=p["context"] or None))
+        api = client.CoreV1Api(kube)
         listed = api.list_node().items
     except Exception as exc:  # noqa: BLE001 - every failure to reach the API is reported the same way
         module.fail_json(msg=f"cannot read nodes from the cluster ({p['kubeconfig']}): {exc}")

@@ -105,8 +105,8 @@ fake_nodes:
 """
 
 import time
-import traceback
 
+from ansible.module_utils.accel_kube import KUBE_ARGUMENT_SPEC, api_client
 from ansible.module_utils.accel_verify import (
     FAKE_NODE_ANNOTATION,
     allocatable_problems,
@@ -115,16 +115,13 @@ from ansible.module_utils.accel_verify import (
     label_problems,
     render_table,
 )
-from ansible.module_utils.basic import AnsibleModule, missing_required_lib
+from ansible.module_utils.basic import AnsibleModule
 
 try:
-    from kubernetes import client, config
+    from kubernetes import client
     from kubernetes.client.exceptions import ApiException
-
-    HAS_K8S = True
 except ImportError:
-    HAS_K8S = False
-    K8S_IMPORT_ERROR = traceback.format_exc()
+    pass  # api_client() reports the missing library
 
 
 def pod_ready(pod) -> bool:
@@ -183,17 +180,14 @@ def main():
             "job_image": {"type": "str", "default": "nvcr.io/nvidia/cuda:12.4.1-base-ubuntu22.04"},
             "job_command": {"type": "list", "elements": "str", "default": ["nvidia-smi", "-L"]},
             "job_timeout": {"type": "int", "default": 120},
-            "kubeconfig": {"type": "path"},
-            "context": {"type": "str"},
+            **KUBE_ARGUMENT_SPEC,
         },
         supports_check_mode=True,
     )
-    if not HAS_K8S:
-        module.fail_json(msg=missing_required_lib("kubernetes"), exception=K8S_IMPORT_ERROR)
     p = module.params
+    kube = api_client(module)
     try:
-        api_client = config.new_client_from_config(p["kubeconfig"], context=p["context"] or None)
-        core, batch = client.CoreV1Api(api_client), client.BatchV1Api(api_client)
+        core, batch = client.CoreV1Api(kube), client.BatchV1Api(kube)
         nodes = {n.metadata.name: n for n in core.list_node().items}
         pods = core.list_namespaced_pod(p["namespace"]).items
     except Exception as exc:  # noqa: BLE001 - any failure to reach the API is reported the same way

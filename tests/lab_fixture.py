@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+import yaml
 
 REPO = Path(__file__).resolve().parent.parent
 BIN = Path(os.environ.get("KA_CACHE", Path.home() / ".cache" / "kube-accel")) / "bin"
@@ -58,3 +59,15 @@ def lab() -> Lab:
     yield Lab(kubeconfig=kubeconfig, nodes_by_pool={k: sorted(v) for k, v in by_pool.items()})
     if started and os.environ.get("KUBE_ACCEL_KEEP_LAB") != "1":
         _lab("down")
+
+
+def run_localhost_playbook(book: list, path: Path, *args: str, env: dict | None = None,
+                           timeout: int = 300) -> subprocess.CompletedProcess:
+    """Write ``book`` to ``path`` and run it with ansible-playbook on localhost, with this venv's Python."""
+    path.write_text(yaml.safe_dump(book, sort_keys=False))
+    bin_dir = Path(sys.executable).parent
+    full_env = {**os.environ, "ANSIBLE_NOCOLOR": "1", "PATH": f"{bin_dir}:{os.environ['PATH']}", **(env or {})}
+    argv = [str(bin_dir / "ansible-playbook"), "-i", "localhost,", str(path),
+            "-e", f"ansible_python_interpreter={sys.executable}", *args]
+    return subprocess.run(argv, cwd=REPO, env=full_env, capture_output=True, text=True, timeout=timeout,
+                          check=False)

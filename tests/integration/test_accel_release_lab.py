@@ -8,14 +8,12 @@ rolled back automatically and the previous revision keeps serving.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 import uuid
 from pathlib import Path
 
 import pytest
-import yaml
+from lab_fixture import run_localhost_playbook
 
 pytestmark = pytest.mark.lab
 
@@ -38,21 +36,9 @@ def playbook(lab, args: dict, tmp_path: Path, *, check=False, diff=False, json_o
             "tasks": [{"name": "release", "accel_release": {"kubeconfig": str(lab.kubeconfig), **args}}],
         }
     ]
-    path = tmp_path / f"play-{uuid.uuid4().hex[:6]}.yml"
-    path.write_text(yaml.safe_dump(book))
-    env = dict(os.environ, ANSIBLE_NOCOLOR="1", PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}")
-    if json_output:
-        env["ANSIBLE_STDOUT_CALLBACK"] = "ansible.posix.json"
-    argv = [
-        str(Path(sys.executable).parent / "ansible-playbook"),
-        "-i",
-        "localhost,",
-        str(path),
-        "-e",
-        f"ansible_python_interpreter={sys.executable}",
-    ]
-    argv += ["--check"] * check + ["--diff"] * diff
-    proc = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=300, check=False)
+    env = {"ANSIBLE_STDOUT_CALLBACK": "ansible.posix.json"} if json_output else None
+    proc = run_localhost_playbook(book, tmp_path / f"play-{uuid.uuid4().hex[:6]}.yml",
+                                  *(["--check"] * check + ["--diff"] * diff), env=env)
     result = None
     if json_output:
         try:

@@ -8,18 +8,15 @@ itself cannot happen here (see molecule/node_reboot).
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
-import yaml
+from lab_fixture import run_localhost_playbook
 
 pytestmark = pytest.mark.lab
 
-REPO = Path(__file__).resolve().parents[2]
 NODE = "lab-mig-0"
 NAMESPACE = "node-reboot-test"
 
@@ -45,18 +42,7 @@ def run_step(lab, step: str, tmp_path: Path) -> subprocess.CompletedProcess:
             ],
         }
     ]
-    path = tmp_path / f"{step}.yml"
-    path.write_text(yaml.safe_dump(book, sort_keys=False))
-    env = dict(os.environ, ANSIBLE_NOCOLOR="1", PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}")
-    argv = [
-        str(Path(sys.executable).parent / "ansible-playbook"),
-        "-i",
-        "localhost,",
-        str(path),
-        "-e",
-        f"ansible_python_interpreter={sys.executable}",
-    ]
-    return subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=300, check=False)
+    return run_localhost_playbook(book, tmp_path / f"{step}.yml")
 
 
 @pytest.fixture
@@ -150,25 +136,7 @@ def test_decide_defers_without_touching_the_node(lab, core, tmp_path):
             "roles": ["node_reboot"],
         }
     ]
-    path = tmp_path / "defer.yml"
-    path.write_text(yaml.safe_dump(book, sort_keys=False))
-    env = dict(os.environ, ANSIBLE_NOCOLOR="1", PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}")
-    proc = subprocess.run(
-        [
-            str(Path(sys.executable).parent / "ansible-playbook"),
-            "-i",
-            "localhost,",
-            str(path),
-            "-e",
-            f"ansible_python_interpreter={sys.executable}",
-        ],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+    proc = run_localhost_playbook(book, tmp_path / "defer.yml")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "REBOOT DEFERRED on localhost" in proc.stdout
     assert not core.read_node(NODE).spec.unschedulable

@@ -78,6 +78,8 @@ VARIABLES: dict[str, dict] = {
     "accel_numa_policy": _var("pool", "str", "kubelet Topology Manager policy for the pool's nodes.",
                               choices=["none", "single-numa-node", "restricted", "best-effort"]),
     "accel_node_taint": _var("pool", "bool", "Taint the pool's nodes so only GPU workloads land there."),
+    "accel_hosts_fast_path": _var("pool", "bool", "Skip the host roles on a host that matches the record of its "
+                                  "last full run (roles/host_state); false runs them every time."),
     # Lab only.
     "accel_lab": _var("lab", "bool", "The hosts are lab containers without GPUs."),
     "accel_lab_gpu": _var("lab", "str", "Name of the NVML snapshot (tests/data/nvml/<name>.json) a lab host "

@@ -1,0 +1,144 @@
+#!/usr/bin/python
+# Copyright: kube-accel contributors
+# Apache License 2.0
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: accel_host_state
+short_description: Record a GPU host's state after a full run of the host roles, and compare with it later
+description:
+  - O(action=check) reads the record a full run left and tells whether the host still matches it, that is the
+    same inputs digest (role code, variables, facts, computed by the caller) and the same digest of every watched
+    path (content, mode, owner, link target) and of the entry names of O(watch_names), read now. It changes
+    nothing.
+  - O(action=record) writes that record. It changes the record file only when the record differs.
+  - The host play uses both for its fast path; see roles/host_state.
+version_added: "0.1.0"
+author: kube-accel contributors
+options:
+  action:
+    description: C(check) compares; C(record) writes the record.
+    type: str
+    choices: [check, record]
+    required: true
+  path:
+    description: The record file.
+    type: path
+    default: /var/lib/kube-accel/host-state.json
+  inputs:
+    description: Digest of everything on the controller side that decides what the roles do.
+    type: str
+    required: true
+  watch:
+    description: Files and directories (walked whole) whose content, mode, owner and link targets are digested.
+    type: list
+    elements: path
+    default: []
+  watch_names:
+    description: Directories of which only the entry names are digested (their files change by themselves).
+    type: list
+    elements: path
+    default: []
+  reboot_required:
+    description: O(action=record) only. Reboot reasons still pending; O(action=check) returns them again.
+    type: list
+    elements: str
+    default: []
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: full
+"""
+
+EXAMPLES = r"""
+- name: Compare the host with its last full run
+  accel_host_state:
+    action: check
+    inputs: "{{ host_state_inputs }}"
+    watch: [/etc/modprobe.d, /var/lib/dpkg/status, /proc/cmdline]
+    watch_names: [/sys/module]
+  register: host_state_check
+
+- name: Record the host after a full run
+  accel_host_state:
+    action: record
+    inputs: "{{ host_state_inputs }}"
+    watch: [/etc/modprobe.d, /var/lib/dpkg/status, /proc/cmdline]
+    watch_names: [/sys/module]
+    reboot_required: "{{ accel_reboot_required }}"
+"""
+
+RETURN = r"""
+current:
+  description: O(action=check) - whether inputs and host state match the record.
+  returned: always
+  type: bool
+reason:
+  description: Why the host is or is not current (the first differing path, when one differs).
+  returned: always
+  type: str
+reboot_required:
+  description: O(action=check) - the reboot reasons the record keeps (empty when not current).
+  returned: always
+  type: list
+  elements: str
+"""
+
+import json
+import os
+
+from ansible.module_utils.accel_host_state import compare, record, state
+from ansible.module_utils.basic import AnsibleModule
+
+
+def read(path):
+    try:
+        with open(path) as fh:
+            return json.load(fh)
+    except (FileNotFoundError, ValueError):
+        return None  # no record, or a damaged one: both mean a full run
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec={
+            "action": {"type": "str", "choices": ["check", "record"], "required": True},
+            "path": {"type": "path", "default": "/var/lib/kube-accel/host-state.json"},
+            "inputs": {"type": "str", "required": True},
+            "watch": {"type": "list", "elements": "path", "default": []},
+            "watch_names": {"type": "list", "elements": "path", "default": []},
+            "reboot_required": {"type": "list", "elements": "str", "default": []},
+        },
+        supports_check_mode=True,
+    )
+    p = module.params
+    saved = read(p["path"])
+    now = state(p["watch"], p["watch_names"])
+    if p["action"] == "check":
+        current, reason = compare(saved, p["inputs"], now)
+        module.exit_json(changed=False, current=current, reason=reason,
+                         reboot_required=(saved or {}).get("reboot_required", []) if current else [])
+    new = record(p["inputs"], now, p["reboot_required"])
+    changed = new != saved
+    result = {"changed": changed, "current": True, "reason": "recorded" if changed else "record up to date",
+              "reboot_required": p["reboot_required"]}
+    if module._diff and changed:
+        # The digests, not the whole state: enough to see what moved.
+        result["diff"] = {
+            "before": {k: (saved or {}).get(k) for k in ("inputs", "state_digest", "reboot_required")},
+            "after": {k: new[k] for k in ("inputs", "state_digest", "reboot_required")},
+        }
+    if changed and not module.check_mode:
+        os.makedirs(os.path.dirname(p["path"]), mode=0o755, exist_ok=True)
+        tmp = f"{p['path']}.tmp"
+        with open(tmp, "w") as fh:
+            json.dump(new, fh, sort_keys=True)
+        os.chmod(tmp, 0o600)
+        module.atomic_move(tmp, p["path"])
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()

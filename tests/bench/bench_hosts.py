@@ -5,14 +5,15 @@
    Ratios: 12 hosts / 1 host (target <= 2x), re-run / first run (target <= 25%).
 2. Overhead against the physical limit, on one fresh pGPU host each:
    - roles:  hosts.yml with the driver installed for real, as on a GPU host (Debian 12's 535 branch from
-             non-free, kernel headers, DKMS module build; --no-dkms leaves headers and build out),
+             non-free, kernel headers, DKMS module build), and the same without headers and module build,
    - script: a plain shell script doing the same: the files the roles write, copied in as one tarball,
              `apt-get update`, and `apt-get install` of the same package list (whose postinst builds the module).
    Both hosts read packages from one shared, pre-filled apt archive, so neither run pays for downloads.
    Ratio roles / script (target <= 1.5x).
 
 Hosts are containers named ka-bench-*, started from the lab host image and removed at the end.
-Usage: tests/bench/bench_hosts.py [--sizes 1,4,12] [--skip-fleet] [--skip-overhead] [--no-dkms] [--keep]
+Usage: tests/bench/bench_hosts.py [--sizes 1,4,12] [--skip-fleet] [--skip-overhead]
+                                  [--overhead-variants packages,dkms] [--connection NAME] [--keep]
 """
 
 from __future__ import annotations
@@ -30,7 +31,18 @@ from pathlib import Path
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from benchlib import CACHE, REPO, Row, ansible_env, log, ratio_line, run_playbook, stopwatch, write_rows  # noqa: E402
+from benchlib import (  # noqa: E402
+    CACHE,
+    REPO,
+    Row,
+    ansible_env,
+    log,
+    ratio_line,
+    run_playbook,
+    settle,
+    stopwatch,
+    write_rows,
+)
 
 PREFIX = "ka-bench-"
 LABEL = "kube-accel.bench=hosts"
@@ -138,59 +150,75 @@ def installed(name: str) -> set[str]:
     return {line.split()[0] for line in out.splitlines() if line.endswith("install ok installed")}
 
 
-def overhead(work: Path, dkms: bool = True) -> list[Row]:
-    """Roles vs plain script on one fresh pGPU host each (see the module docstring)."""
+def overhead(work: Path, variants: list[str]) -> list[Row]:
+    """Roles vs plain script on fresh pGPU hosts, per variant: "packages" (driver packages, no kernel headers) and
+    "dkms" (as on a GPU host: the same plus kernel headers and the DKMS module build). See the module docstring."""
     remove_hosts()
     APT_ARCHIVES.mkdir(parents=True, exist_ok=True)
-    files_host, warm_host, roles_host, script_host = (f"{PREFIX}{n}" for n in ("files", "warm", "roles", "script"))
+    files_host = f"{PREFIX}files"
     start_hosts([files_host])
-    start_hosts([warm_host, roles_host, script_host], APT_ARCHIVES)
 
-    def hosts_yml(host: str, host_vars: dict | None = None):
+    def hosts_yml(host: str, host_vars: dict | None = None, tag: str = ""):
         inventory = write_inventory(work / f"inv-{host}", {"pool_pgpu": [host]}, {host: host_vars or {}})
         env = ansible_env(ANSIBLE_CACHE_PLUGIN_CONNECTION=str(work / f"facts-{host}"))
-        return run_playbook("hosts.yml", inventory, env=env, log_to=work / f"overhead-{host}.log")
+        return run_playbook("hosts.yml", inventory, env=env, log_to=work / f"overhead-{host}{tag}.log")
 
     # The files: what the roles write in the lab's configuration (no packages), read off a fresh host.
     hosts_yml(files_host)
     paths = role_files(files_host)
     tarball = host_exec(files_host, "tar -C / --no-recursion -cf - " + " ".join(shlex.quote(p) for p in paths))
     log(f"overhead: the roles write {len(paths)} paths: {', '.join(paths)}")
+    baseline = installed(files_host)
 
-    # The packages: the driver role for real, as on a GPU host: Debian 12's 535 branch, kernel headers and the DKMS
-    # module build. A container has no headers for its host's kernel, so both sides build for the kernel
-    # bookworm's headers metapackage points at (as roles/nvidia_driver/molecule/dkms does). A first, untimed run
-    # fills the shared apt archive, so neither timed run downloads, and tells which packages the roles install.
-    packaged: dict = {"nvidia_driver_install_packages": True, "nvidia_driver_kernel_versions": []}
-    if dkms:
-        depends = host_exec(files_host, "apt-get update -qq && apt-cache depends linux-headers-amd64").stdout.decode()
-        kernel = re.search(r"linux-headers-(\d\S*-amd64)", depends)
-        if not kernel:
-            sys.exit(f"[bench] no kernel found in: {depends}")
-        packaged["nvidia_driver_kernel_versions"] = [kernel[1]]
-    hosts_yml(warm_host, packaged)
-    packages = sorted(installed(warm_host) - installed(files_host))
-    log(f"overhead: the roles install {len(packages)} packages"
-        + (f", DKMS module for {packaged['nvidia_driver_kernel_versions'][0]}" if dkms else ", no DKMS build"))
+    rows: list[Row] = []
+    for variant in variants:
+        warm_host, roles_host, script_host = (f"{PREFIX}{variant}-{n}" for n in ("warm", "roles", "script"))
+        start_hosts([warm_host, roles_host, script_host], APT_ARCHIVES)
+        packaged: dict = {"nvidia_driver_install_packages": True, "nvidia_driver_kernel_versions": []}
+        if variant == "dkms":
+            # A container has no headers for its host's kernel: both sides build for the kernel bookworm's headers
+            # metapackage points at (as roles/nvidia_driver/molecule/dkms does).
+            depends = host_exec(files_host, "apt-get update -qq && apt-cache depends linux-headers-amd64").stdout
+            kernel = re.search(r"linux-headers-(\d\S*-amd64)", depends.decode())
+            if not kernel:
+                sys.exit(f"[bench] no kernel found in: {depends.decode()}")
+            packaged["nvidia_driver_kernel_versions"] = [kernel[1]]
+        # An untimed first run fills the shared apt archive, so neither timed run downloads, and tells which
+        # packages the roles install.
+        hosts_yml(warm_host, packaged)
+        packages = sorted(installed(warm_host) - baseline)
+        log(f"overhead/{variant}: the roles install {len(packages)} packages")
 
-    log("overhead: roles on a fresh host")
-    roles = hosts_yml(roles_host, packaged)
-    log(f"  {roles.seconds:.1f} s")
-    log("overhead: plain script on a fresh host")
-    script = "tar -C / -xf - && apt-get update -qq && apt-get install -y -qq --no-install-recommends " + " ".join(
-        packages)
-    with stopwatch() as t:
-        host_exec(script_host, script, stdin=tarball.stdout)
-    log(f"  {t[0]:.1f} s")
-    for name in (roles_host, script_host):
-        missing = set(packages) - installed(name)
-        if missing:
-            sys.exit(f"[bench] {name} lacks {sorted(missing)}")
-        for kernel in packaged["nvidia_driver_kernel_versions"]:
-            host_exec(name, f"test -f /lib/modules/{kernel}/updates/dkms/nvidia-current.ko")
-    note = f"{len(packages)} packages + {len(paths)} paths" + (" + DKMS build" if dkms else "")
-    return [Row("overhead", "roles", 1, round(roles.seconds, 2), None, note, round(roles.cpu_seconds, 1)),
-            Row("overhead", "script", 1, round(t[0], 2), None, note, round(t[1], 1))]
+        log(f"overhead/{variant}: roles on a fresh host")
+        roles = hosts_yml(roles_host, packaged)
+        rerun = hosts_yml(roles_host, packaged, tag="-rerun")
+        log(f"  {roles.seconds:.1f} s (re-run {rerun.seconds:.1f} s, changed={rerun.total_changed})")
+        log(f"overhead/{variant}: plain script on a fresh host")
+        script = ("tar -C / -xf - && apt-get update -qq && apt-get install -y -qq --no-install-recommends "
+                  + " ".join(packages))
+        settle()
+        with stopwatch() as t:
+            host_exec(script_host, script, stdin=tarball.stdout)
+        log(f"  {t[0]:.1f} s")
+        for name in (roles_host, script_host):
+            missing = set(packages) - installed(name)
+            if missing:
+                sys.exit(f"[bench] {name} lacks {sorted(missing)}")
+            for kernel in packaged["nvidia_driver_kernel_versions"]:
+                host_exec(name, f"test -f /lib/modules/{kernel}/updates/dkms/nvidia-current.ko")
+        note = f"{len(packages)} packages + {len(paths)} paths" + (" + DKMS build" if variant == "dkms" else "")
+        suffix = "" if variant == "packages" else f"+{variant}"
+        rows += [Row("overhead", f"roles{suffix}", 1, round(roles.seconds, 2), roles.total_changed, note,
+                     round(roles.cpu_seconds, 1)),
+                 Row("overhead", f"roles{suffix} re-run", 1, round(rerun.seconds, 2), rerun.total_changed, note,
+                     round(rerun.cpu_seconds, 1)),
+                 Row("overhead", f"script{suffix}", 1, round(t[0], 2), None, note, round(t[1], 1))]
+        remove_hosts_named([warm_host, roles_host, script_host])
+    return rows
+
+
+def remove_hosts_named(names: list[str]) -> None:
+    podman("rm", "-f", "-t", "0", *names)
 
 
 def main() -> None:
@@ -198,7 +226,8 @@ def main() -> None:
     parser.add_argument("--sizes", default="1,4,12", help="host counts for the fleet benchmark")
     parser.add_argument("--skip-fleet", action="store_true")
     parser.add_argument("--skip-overhead", action="store_true")
-    parser.add_argument("--no-dkms", action="store_true", help="overhead case without kernel headers and DKMS build")
+    parser.add_argument("--overhead-variants", default="packages,dkms",
+                        help="packages (driver packages only) and/or dkms (plus kernel headers and module build)")
     parser.add_argument("--keep", action="store_true", help="keep the work directory (playbook logs)")
     parser.add_argument("--connection", default="", help="Ansible connection for the hosts (default: the lab's)")
     args = parser.parse_args()
@@ -217,9 +246,13 @@ def main() -> None:
                 print(ratio_line(f"re-run / first run, {size} hosts", by["rerun", size], by["first", size],
                                  "<= 0.25x"))
         if not args.skip_overhead:
-            rows = overhead(work, dkms=not args.no_dkms)
+            rows = overhead(work, args.overhead_variants.split(","))
             write_rows("overhead", rows)
-            print(ratio_line("roles / plain script", rows[0].seconds, rows[1].seconds, "<= 1.5x"))
+            by = {r.case: r.seconds for r in rows}
+            for suffix in ("", "+dkms"):
+                if f"roles{suffix}" in by:
+                    print(ratio_line(f"roles{suffix} / plain script{suffix}", by[f"roles{suffix}"],
+                                     by[f"script{suffix}"], "<= 1.5x"))
     finally:
         remove_hosts()
         if args.keep:

@@ -14,7 +14,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
@@ -49,6 +49,14 @@ def machine_cpu_seconds() -> float:
     fields_ = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
     busy = sum(fields_) - fields_[3] - fields_[4]
     return busy / os.sysconf("SC_CLK_TCK")
+
+
+def settle() -> None:
+    """Write back dirty pages and drop the page cache, so that a case neither pays for the previous case's
+    writes nor reads what it left cached (cases compared side by side start equal). Needs root; else only sync."""
+    os.sync()
+    with suppress(OSError):
+        Path("/proc/sys/vm/drop_caches").write_text("3\n")
 
 
 @contextmanager
@@ -86,6 +94,8 @@ def ansible_env(**extra: str) -> dict[str, str]:
         "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
         "ANSIBLE_NOCOLOR": "1",
         "ANSIBLE_FORCE_COLOR": "0",
+        # Per-task times at the end of every log (--keep keeps them): where a slow case spends its time.
+        "ANSIBLE_CALLBACKS_ENABLED": "ansible.posix.profile_tasks",
         "PATH": f"{BIN}:{VENV_BIN}:{os.environ['PATH']}",
         **extra,
     }
@@ -98,6 +108,7 @@ def run_playbook(playbook: str, inventory: Path, *args: str, env: dict[str, str]
     A failed host makes the benchmark fail: a fast run that did not do its work is no measurement.
     """
     argv = [str(VENV_BIN / "ansible-playbook"), "-i", str(inventory), str(REPO / "ansible" / playbook), *args]
+    settle()
     with stopwatch() as t:
         proc = subprocess.run(argv, cwd=REPO, env=env or ansible_env(), capture_output=True, text=True, check=False)
     output = proc.stdout + proc.stderr

@@ -75,13 +75,15 @@ def fleet_section(rows: list[Row]) -> list[str]:
 def overhead_section(rows: list[Row]) -> list[str]:
     idx = {r.case: r for r in rows}
     out = ["## 2. Overhead against the physical limit (one fresh pGPU host each)", "",
-           "| case | seconds | machine CPU (s) | what |", "|---|---:|---:|---|"]
-    out += [f"| {r.case} | {r.seconds:.1f} | {cpu(r)} | {r.note} |" for r in rows]
+           "| case | seconds | machine CPU (s) | changed | what |", "|---|---:|---:|---:|---|"]
+    out += [f"| {r.case} | {r.seconds:.1f} | {cpu(r)} | {'' if r.changed is None else r.changed} | {r.note} |"
+            for r in rows]
     out.append("")
-    if "roles" in idx and "script" in idx:
-        ratio = idx["roles"].seconds / idx["script"].seconds
-        out.append(f"- roles / plain script: **{ratio:.2f}x** (target <= {OVERHEAD_MAX:g}x: "
-                   f"{verdict(ratio <= OVERHEAD_MAX)})")
+    for suffix in ("", "+dkms"):
+        if f"roles{suffix}" in idx and f"script{suffix}" in idx:
+            ratio = idx[f"roles{suffix}"].seconds / idx[f"script{suffix}"].seconds
+            out.append(f"- roles{suffix} / plain script{suffix}: **{ratio:.2f}x** (target <= {OVERHEAD_MAX:g}x: "
+                       f"{verdict(ratio <= OVERHEAD_MAX)})")
     return [*out, ""]
 
 

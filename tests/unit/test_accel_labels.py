@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from ansible.module_utils.accel_labels import node_patch, plan
+import threading
+import time
+
+from ansible.module_utils.accel_labels import diff_of, node_patch, nodes_from_list, plan, send_patches
 
 MANAGED = {"kube-accel.io/pool", "kube-accel.io/mode", "nvidia.com/mps.capable"}
 TAINT = {"kube-accel.io/pool"}
@@ -36,3 +39,62 @@ def test_plan_reports_missing_nodes_and_patches_only_differences():
     patches, missing = plan(nodes, desired, MANAGED, TAINT)
     assert list(patches) == ["b"]
     assert missing == ["c"]
+
+
+def test_nodes_from_list_reads_raw_json_and_keeps_api_taint_fields():
+    listing = {"items": [
+        {"metadata": {"name": "a", "labels": {"kube-accel.io/pool": "p"}},
+         "spec": {"taints": [{"key": "dedicated", "effect": "NoExecute", "timeAdded": "2026-01-01T00:00:00Z"}]}},
+        {"metadata": {"name": "b"}, "spec": {}},
+    ]}
+    nodes = nodes_from_list(listing)
+    assert nodes == {
+        "a": {"labels": {"kube-accel.io/pool": "p"},
+              "taints": [{"key": "dedicated", "effect": "NoExecute", "timeAdded": "2026-01-01T00:00:00Z"}]},
+        "b": {"labels": {}, "taints": []},
+    }
+    assert nodes_from_list({"items": None}) == {}
+
+
+def test_send_patches_sends_each_once_within_the_bound():
+    lock, in_flight, peak, sent = threading.Lock(), [0], [0], []
+
+    def send(name, patch):
+        with lock:
+            in_flight[0] += 1
+            peak[0] = max(peak[0], in_flight[0])
+        time.sleep(0.01)
+        with lock:
+            in_flight[0] -= 1
+            sent.append((name, patch))
+
+    patches = {f"n{i:03d}": {"metadata": {"labels": {"i": str(i)}}} for i in range(60)}
+    assert send_patches(send, patches, workers=8) == {}
+    assert sorted(sent) == sorted(patches.items())
+    assert 1 < peak[0] <= 8
+
+
+def test_send_patches_reports_every_failure_and_sends_the_rest():
+    sent = []
+
+    def send(name, patch):
+        if name in {"b", "d"}:
+            raise RuntimeError(f"refused {name}")
+        sent.append(name)
+
+    failed = send_patches(send, dict.fromkeys("abcde", {"metadata": {}}))
+    assert list(failed) == ["b", "d"]
+    assert str(failed["d"]) == "refused d"
+    assert sorted(sent) == ["a", "c", "e"]
+    assert send_patches(send, {}) == {}
+
+
+def test_diff_shows_only_patched_label_keys_and_the_taints():
+    current = {"a": {"labels": {"kube-accel.io/pool": "old", "team": "ml"}, "taints": []}}
+    patches = {"a": {"metadata": {"labels": {"kube-accel.io/pool": "new", "nvidia.com/mps.capable": None}}}}
+    assert diff_of(current, patches) == {
+        "before": {"a": {"labels": {"kube-accel.io/pool": "old", "nvidia.com/mps.capable": None}, "taints": []}},
+        "after": {"a": {"labels": {"kube-accel.io/pool": "new", "nvidia.com/mps.capable": None}, "taints": []}},
+    }
+    tainted = {"a": {"spec": {"taints": [{"key": "kube-accel.io/pool", "value": "p", "effect": "NoSchedule"}]}}}
+    assert diff_of(current, tainted)["after"]["a"]["taints"] == tainted["a"]["spec"]["taints"]

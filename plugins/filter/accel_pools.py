@@ -21,9 +21,29 @@ def _plain(hostvars, host):
     return {k: hv[k] for k in hv if k.startswith("accel_") or k == "nvidia_gpus"}
 
 
+def _inventory_view(hosts, hostvars):
+    """host -> the vars collect_pools and accel_pools_of read: everything for the first host of each pool (its
+    settings are the pool's), only the pool name and GPU facts for the others.
+
+    Templating every accel_* variable of every host costs seconds at 1,000 hosts, for settings that are dropped.
+    """
+    view, seen = {}, set()
+    for host in sorted(hosts):
+        hv = hostvars[host]
+        pool = hv.get("accel_pool")
+        if pool is None:
+            view[host] = {"nvidia_gpus": hv.get("nvidia_gpus")}
+        elif pool in seen:
+            view[host] = {"accel_pool": pool, "nvidia_gpus": hv.get("nvidia_gpus")}
+        else:
+            seen.add(pool)
+            view[host] = _plain(hostvars, host)
+    return view
+
+
 def accel_pools_of(hosts, hostvars):
     """``groups['gpu_pools'] | accel_pools_of(hostvars)`` -> [{pool, settings, hosts, gpu_memory_mib}]."""
-    plain = {h: _plain(hostvars, h) for h in hosts}
+    plain = _inventory_view(hosts, hostvars)
     pools = accel_pools.collect_pools(plain)
     for pool in pools:
         facts = plain[pool["hosts"][0]].get("nvidia_gpus") or {}
@@ -45,8 +65,11 @@ def accel_managed_label_keys(_=None):
     return sorted(accel_pools.managed_label_keys())
 
 
-def accel_releases(pools, cluster, prefix="kube-accel"):
-    """Pools grouped into releases: [{name, chart, values, pools}] (one per mode, one per vGPU backend)."""
+def accel_releases(pools, cluster, prefix="kube-accel", chart_dir=""):
+    """Pools grouped into releases: [{name, chart, values, pools}] (one per mode, one per vGPU backend).
+
+    ``chart`` is the chart's directory name under charts/, or its path under ``chart_dir`` when given.
+    """
     grouped: dict[str, list] = {}
     for pool in pools:
         grouped.setdefault(accel_pools.release_key(pool["settings"]), []).append(pool)
@@ -57,7 +80,7 @@ def accel_releases(pools, cluster, prefix="kube-accel"):
         releases.append({
             "name": f"{prefix}-{key}",
             "key": key,
-            "chart": accel_pools.chart_for(key),
+            "chart": os.path.join(chart_dir, accel_pools.chart_for(key)) if chart_dir else accel_pools.chart_for(key),
             "values": accel_pools.release_values(key, members, cluster, memory),
             "pools": [p["pool"] for p in members],
         })

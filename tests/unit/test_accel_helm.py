@@ -7,6 +7,8 @@ is covered by tests/integration/test_accel_release_lab.py against the lab cluste
 from __future__ import annotations
 
 import json
+import threading
+import time
 from pathlib import Path
 
 import accel_helm as ah
@@ -542,3 +544,78 @@ def test_failed_first_install_is_upgraded_in_place():
 def test_rollback_argv(version, wait_flag):
     argv = ah.Helm("/h", FakeHelm(version=version)).rollback_argv("rel", "ns", 4, True, "2m")
     assert argv == ["/h", "rollback", "rel", "4", "--namespace", "ns", wait_flag, "--timeout", "2m"]
+
+
+# ---------------------------------------------------------------------------------------------------------- several
+
+
+def test_release_specs_take_shared_settings_and_ignore_other_keys():
+    items = [{"name": "a", "chart": "/c/pgpu", "values": {"x": 1}, "pools": ["p"], "key": "pgpu"},
+             {"name": "b", "chart": "/c/mps", "namespace": "other", "chart_version": "0.2.0"}]
+    specs = ah.release_specs(items, namespace="ns", wait=True, timeout="2m", atomic=False, create_namespace=True)
+    assert specs == [
+        ah.ReleaseSpec(name="a", namespace="ns", chart="/c/pgpu", values={"x": 1}, timeout="2m", atomic=False),
+        ah.ReleaseSpec(name="b", namespace="other", chart="/c/mps", chart_version="0.2.0", timeout="2m",
+                       atomic=False),
+    ]
+
+
+def test_release_specs_report_every_problem():
+    items = [{"name": "a"}, {"name": "b", "chart": "c", "values": ["x"]}, {"name": "b", "chart": "c"}]
+    with pytest.raises(ah.HelmError) as err:
+        ah.release_specs(items, namespace="ns")
+    assert err.value.msg == (
+        "invalid releases: releases[0] needs a name and a chart (got name='a', chart=None); "
+        "release b: values must be a mapping, not list; release b is listed twice")
+
+
+class ManyReleases:
+    """Scripted helm for several releases, none installed yet; counts upgrades in flight at once."""
+
+    def __init__(self, failing=()):
+        self.failing = set(failing)
+        self.lock = threading.Lock()
+        self.in_flight = self.peak = 0
+
+    def __call__(self, argv):
+        argv = list(argv)
+        if argv[1] == "version":
+            return 0, "v3.21.4", ""
+        if argv[1] == "list":
+            return 0, "[]", ""
+        name = argv[2]
+        if "--dry-run=server" in argv:
+            return 0, json.dumps(FakeHelm._release_json(MANIFEST_V1.replace("rel-tiny", name), "pending-install")), ""
+        with self.lock:
+            self.in_flight += 1
+            self.peak = max(self.peak, self.in_flight)
+        time.sleep(0.05)  # the rollout wait
+        with self.lock:
+            self.in_flight -= 1
+        if name in self.failing:
+            return 1, "", f"Error: release {name} failed: context deadline exceeded\n"
+        return 0, json.dumps(FakeHelm._release_json(MANIFEST_V1.replace("rel-tiny", name), "deployed")), ""
+
+
+def test_releases_run_side_by_side_and_one_failure_does_not_stop_the_others():
+    fake = ManyReleases(failing={"r2"})
+    helm = ah.Helm("/h", fake)
+    specs = [spec(name=f"r{i}") for i in range(6)]
+    results, failures = ah.ensure_each_present(helm, specs, check_mode=False, diff_mode=True, validate=False,
+                                               workers=3)
+    assert list(results) == ["r0", "r1", "r3", "r4", "r5"]
+    assert all(r["changed"] and r["status"] == "deployed" and r["diff"] for r in results.values())
+    assert list(failures) == ["r2"] and "context deadline exceeded" in failures["r2"].stderr
+    assert 1 < fake.peak <= 3
+
+
+def test_unexpected_errors_become_messages_per_release():
+    def runner(argv):
+        if argv[1] == "version":
+            return 0, "v3.21.4", ""
+        raise RuntimeError("boom")
+
+    results, failures = ah.ensure_each_present(ah.Helm("/h", runner), [spec()], check_mode=True, diff_mode=False,
+                                               validate=False)
+    assert results == {}
+    assert failures["rel"].msg == "unexpected error: boom" and "RuntimeError" in failures["rel"].extra["exception"]

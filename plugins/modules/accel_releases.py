@@ -1,0 +1,214 @@
+#!/usr/bin/python
+# Copyright: kube-accel contributors
+# Apache License 2.0
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: accel_releases
+short_description: Install or upgrade several Helm releases side by side, each as accel_release does
+description:
+  - Runs what M(accel_release) does with C(state=present) for every release in O(releases), up to O(parallel) at
+    once. Values are checked against the chart's C(values.schema.json); C(helm upgrade --install) with wait and
+    automatic rollback runs only when the release differs from the deployed one; a failed release is rolled back to
+    its last good revision first.
+  - One module run for all releases, so helm is located and its version read once, and the releases' renders
+    and rollouts overlap instead of adding up.
+  - A release that fails does not stop the others; the module then fails naming every failed release, and returns
+    the results of the ones that went through.
+  - Runs helm on the host it executes on; local charts are read there.
+version_added: "0.1.0"
+author: kube-accel contributors
+options:
+  releases:
+    description:
+      - Each release is a mapping with C(name) and C(chart) (as for M(accel_release)), and optionally C(values)
+        (a mapping), C(chart_version) and C(namespace) (default O(namespace)).
+      - Other keys are ignored, so the output of the C(accel_releases) filter can be passed as it is.
+    type: list
+    elements: dict
+    required: true
+  namespace:
+    description: Namespace of the releases that do not name one.
+    type: str
+    default: kube-accel
+  parallel:
+    description: How many releases are installed or upgraded at once.
+    type: int
+    default: 4
+  kubeconfig:
+    description: Kubeconfig file passed to helm as C(--kubeconfig); helm's default when omitted.
+    type: path
+  context:
+    description: Kubeconfig context passed to helm as C(--kube-context).
+    type: str
+  helm_binary:
+    description:
+      - The helm to run. A bare name is looked up on C(PATH), then in C(~/.cache/kube-accel/bin).
+    type: str
+    default: helm
+  wait:
+    description: Wait until each release's resources are ready (helm 3 C(--wait), helm 4 C(--wait=watcher)).
+    type: bool
+    default: true
+  timeout:
+    description: How long helm waits for each release, as a Go duration (C(90s), C(5m), C(1h30m)).
+    type: str
+    default: 5m
+  atomic:
+    description: Roll a release back automatically when its upgrade fails or times out; implies waiting.
+    type: bool
+    default: true
+  create_namespace:
+    description: Create a release namespace that does not exist.
+    type: bool
+    default: true
+  validate_schema:
+    description: Validate each release's values against its chart's C(values.schema.json) before calling helm.
+    type: bool
+    default: true
+attributes:
+  check_mode:
+    support: full
+    description: Nothing is changed; C(changed) and each release's C(changes) and C(command) say what would be done.
+  diff_mode:
+    support: full
+    description: The values and manifest diffs of every release that changes, one after the other.
+  platform:
+    platforms: posix
+requirements:
+  - helm 3 (>= 3.13 for C(--dry-run=server)) or helm 4
+  - jsonschema (when O(validate_schema=true))
+notes:
+  - To remove a release, use M(accel_release) with C(state=absent).
+seealso:
+  - module: accel_release
+"""
+
+EXAMPLES = r"""
+- name: Install the pool charts, one release per mode, side by side
+  accel_releases:
+    releases:
+      - name: kube-accel-pgpu
+        chart: "{{ playbook_dir }}/../charts/pgpu"
+        values: {pools: [train]}
+      - name: kube-accel-mps
+        chart: "{{ playbook_dir }}/../charts/mps"
+        values: {pools: [batch-mps]}
+    kubeconfig: /etc/kubernetes/admin.conf
+    timeout: 5m
+"""
+
+RETURN = r"""
+releases:
+  description:
+    - Release name -> what M(accel_release) returns for it (C(revision), C(status), C(chart), C(app_version),
+      C(objects), C(changes), C(changed), and C(command), C(rollback_command), C(rolled_back_to) when they apply).
+    - On failure, only the releases that went through.
+  returned: always
+  type: dict
+  sample: {"kube-accel-mps": {"changed": false, "revision": 3, "status": "deployed", "chart": "mps-0.1.0"}}
+failed_releases:
+  description: Release name -> C(msg), C(stderr) and C(command) of its failure.
+  returned: failure, when releases failed
+  type: dict
+helm_version:
+  description: Version of the helm binary used.
+  returned: always
+  type: str
+  sample: 3.21.4
+diff:
+  description: Values (YAML) and manifest diffs, deployed vs desired, of every release that changes.
+  returned: diff mode, when changed
+  type: list
+  elements: dict
+"""
+
+import re
+import traceback
+
+from ansible.module_utils.basic import AnsibleModule, missing_required_lib
+
+try:
+    from ansible.module_utils.accel_helm import Helm, HelmError, ensure_each_present, find_helm, release_specs
+
+    IMPORT_ERROR = None
+except ImportError:  # pyyaml missing on the host that runs helm
+    IMPORT_ERROR = traceback.format_exc()
+
+# Go's time.ParseDuration grammar, so a typo fails here rather than deep inside helm.
+GO_DURATION = re.compile(r"^(\d+(\.\d+)?(ns|us|µs|ms|s|m|h))+$")
+
+
+def failure_details(error) -> dict:
+    details = {"msg": error.msg, "stderr": error.stderr}
+    if error.command:
+        details["command"] = error.command
+    details.update(error.extra)
+    return details
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={
+            "releases": {"type": "list", "elements": "dict", "required": True},
+            "namespace": {"type": "str", "default": "kube-accel"},
+            "parallel": {"type": "int", "default": 4},
+            "kubeconfig": {"type": "path"},
+            "context": {"type": "str"},
+            "helm_binary": {"type": "str", "default": "helm"},
+            "wait": {"type": "bool", "default": True},
+            "timeout": {"type": "str", "default": "5m"},
+            "atomic": {"type": "bool", "default": True},
+            "create_namespace": {"type": "bool", "default": True},
+            "validate_schema": {"type": "bool", "default": True},
+        },
+        supports_check_mode=True,
+    )
+    if IMPORT_ERROR:
+        module.fail_json(msg=missing_required_lib("PyYAML"), exception=IMPORT_ERROR)
+    p = module.params
+    if not GO_DURATION.match(p["timeout"]):
+        module.fail_json(msg=f"timeout {p['timeout']!r} is not a duration helm understands (e.g. 90s, 5m, 1h30m)")
+    if p["parallel"] < 1:
+        module.fail_json(msg=f"parallel must be at least 1, not {p['parallel']}")
+    if p["validate_schema"]:
+        try:
+            import jsonschema  # noqa: F401
+        except ImportError:
+            module.fail_json(msg=missing_required_lib("jsonschema"), exception=traceback.format_exc())
+
+    def run(argv):
+        # LANG=C: helm's messages are matched in English by the error mapping.
+        return module.run_command(list(argv), environ_update={"LANG": "C", "LC_ALL": "C"})
+
+    try:
+        helm = Helm(find_helm(p["helm_binary"]), run, kubeconfig=p["kubeconfig"], context=p["context"])
+        specs = release_specs(p["releases"], namespace=p["namespace"], wait=p["wait"], timeout=p["timeout"],
+                              atomic=p["atomic"], create_namespace=p["create_namespace"])
+    except HelmError as exc:
+        module.fail_json(**failure_details(exc))
+    results, failures = ensure_each_present(helm, specs, check_mode=module.check_mode, diff_mode=module._diff,
+                                            validate=p["validate_schema"], workers=p["parallel"])
+    diffs = [entry for name in results for entry in results[name].pop("diff", [])]
+    for result in results.values():
+        result.setdefault("changes", [])
+        result.setdefault("objects", [])
+    out = {
+        "changed": any(r.get("changed") for r in results.values()),
+        "releases": results,
+        "helm_version": ".".join(map(str, helm.version)),
+    }
+    if diffs:
+        out["diff"] = diffs
+    if failures:
+        module.fail_json(
+            msg="; ".join(f"release {name}: {error.msg}" for name, error in failures.items()),
+            failed_releases={name: failure_details(error) for name, error in failures.items()},
+            **out,
+        )
+    module.exit_json(**out)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,66 @@
+"""The pool filters of plugins/filter/accel_pools.py on plain hostvars (Ansible's HostVars is a Mapping too)."""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Mapping
+from pathlib import Path
+
+from ansible.module_utils import accel_pools as ap
+
+spec = importlib.util.spec_from_file_location(
+    "accel_pools_filter", Path(__file__).resolve().parents[2] / "plugins" / "filter" / "accel_pools.py")
+filters = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(filters)
+
+
+class Recording(Mapping):
+    """One host's vars that remembers which were read (each read is a templating pass in Ansible)."""
+
+    def __init__(self, data, reads):
+        self.data, self.reads = data, reads
+
+    def __getitem__(self, key):
+        self.reads.append(key)
+        return self.data[key]
+
+    def __iter__(self):
+        return iter(self.data)
+
+    def __len__(self):
+        return len(self.data)
+
+
+def gpus(device_id, memory=81920):
+    return {"count": 1, "gpus": [{"pci_device_id": device_id, "memory_total_mib": memory}]}
+
+
+HOSTS = {
+    "m-2": {"accel_pool": "mig", "accel_mode": "pgpu", "accel_driver_branch": "550", "nvidia_gpus": gpus("0xB")},
+    "m-1": {"accel_pool": "mig", "accel_mode": "pgpu", "accel_driver_branch": "550", "nvidia_gpus": gpus("0xA")},
+    "s-1": {"accel_pool": "mps", "accel_mode": "mps", "accel_mps_replicas": 4, "nvidia_gpus": gpus("0xC", 24576)},
+    "x-1": {"ansible_host": "10.0.0.9"},
+}
+
+
+def test_pools_read_full_settings_once_per_pool_and_match_collect_pools():
+    reads: dict[str, list] = {h: [] for h in HOSTS}
+    hostvars = {h: Recording(v, reads[h]) for h, v in HOSTS.items()}
+    pools = filters.accel_pools_of(list(HOSTS), hostvars)
+    full = ap.collect_pools(HOSTS)
+    assert [(p["pool"], p["settings"], p["hosts"]) for p in pools] == [
+        (p["pool"], p["settings"], p["hosts"]) for p in full]
+    assert [(p["gpu_count"], p["gpu_memory_mib"], p["device_ids"]) for p in pools] == [
+        (1, 81920, ["0xA", "0xB"]), (1, 24576, ["0xC"])]
+    # m-1 is the mig pool's first host: all its accel_* vars are read; m-2 only gives its pool and GPUs.
+    assert "accel_driver_branch" in reads["m-1"] and "accel_driver_branch" not in reads["m-2"]
+    assert sorted(set(reads["m-2"])) == ["accel_pool", "nvidia_gpus"]
+
+
+def test_releases_point_at_their_chart_directory():
+    pools = filters.accel_pools_of(list(HOSTS), HOSTS)
+    cluster = {"image_registry": "", "image_pull_secrets": []}
+    assert [r["chart"] for r in filters.accel_releases(pools, cluster)] == ["mps", "pgpu"]
+    releases = filters.accel_releases(pools, cluster, chart_dir="/srv/charts")
+    assert [(r["name"], r["chart"], r["pools"]) for r in releases] == [
+        ("kube-accel-mps", "/srv/charts/mps", ["mps"]), ("kube-accel-pgpu", "/srv/charts/pgpu", ["mig"])]

@@ -14,6 +14,9 @@ VENV_STAMP := $(VENV)/.stamp-$(shell sha1sum pyproject.toml | cut -c1-12)
 CHECKOV_STAMP := .venv-checkov/.stamp-$(shell grep -o 'checkov>=[^"]*' pyproject.toml | sha1sum | cut -c1-12)
 INVENTORY ?= inventories/lab/hosts.yml
 PYTEST_ARGS ?=
+# e.g. BENCH_HOSTS_ARGS="--sizes 1,4" BENCH_CLUSTER_ARGS="--sizes 10,100" for a quicker look.
+BENCH_HOSTS_ARGS ?=
+BENCH_CLUSTER_ARGS ?=
 
 .PHONY: help
 help: ## List targets
@@ -66,6 +69,12 @@ test: toolchain lint ## Lint, unit, chart and lab integration tests, Molecule sc
 	$(BIN)/python -m pytest tests --ignore=tests/molecule $(PYTEST_ARGS)
 	# Molecule scenarios are independent podman hosts with unique names: two at a time.
 	$(BIN)/python -m pytest tests/molecule -n 2 $(PYTEST_ARGS)
+
+.PHONY: bench
+bench: toolchain ## Benchmarks (BENCHMARKS.md): host fleet, overhead, cluster scale, scheduling -> tests/bench/results
+	$(BIN)/python tests/bench/bench_hosts.py $(BENCH_HOSTS_ARGS)
+	$(BIN)/python tests/bench/bench_cluster.py $(BENCH_CLUSTER_ARGS)
+	$(BIN)/python tests/bench/report.py
 
 .PHONY: gpu-check
 gpu-check: venv ## On a GPU node: NVML facts vs nvidia-smi, MPS limits, sharing benchmark (docs/gpu-validation.md)

@@ -6,17 +6,23 @@
   lab.py down     delete the cluster (kwokctl stops its own processes by PID) and the host containers
   lab.py status   print what runs
 Everything lives under the repo's ignored .lab/ directory.
+
+A second lab (benchmarks) lives beside it with its own directory, cluster name and inventory:
+  lab.py --dir .lab/bench --name kube-accel-bench up --inventory INV/hosts.yml --no-hosts --unlabelled
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import shutil
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -33,6 +39,21 @@ CACHE = Path(os.environ.get("KA_CACHE", Path.home() / ".cache" / "kube-accel"))
 BIN = CACHE / "bin"
 INVENTORY = REPO / "inventories" / "lab" / "hosts.yml"
 NVML_DATA = REPO / "tests" / "data" / "nvml"
+# Node API calls in flight while applying fake nodes: 1,000 nodes in seconds, not minutes.
+NODE_WORKERS = 16
+
+
+@dataclass(frozen=True)
+class Site:
+    """Where one lab lives: its directory (kubeconfig, kwok workdir, host list), cluster name and inventory."""
+
+    root: Path = LAB
+    name: str = CLUSTER
+    inventory: Path = INVENTORY
+
+    @property
+    def kubeconfig(self) -> Path:
+        return self.root / "kubeconfig"
 
 
 def versions() -> dict[str, str]:
@@ -55,14 +76,36 @@ def run(*argv: str, check: bool = True, env: dict | None = None, capture: bool =
     return proc
 
 
-def kwok_env() -> dict[str, str]:
-    # KWOK_WORKDIR keeps the cluster's PKI, logs and PID files inside .lab/ rather than ~/.kwok.
-    return {"KWOK_WORKDIR": str(LAB / "kwok"), "PATH": f"{BIN}:{os.environ['PATH']}"}
+def kwok_env(site: Site) -> dict[str, str]:
+    # KWOK_WORKDIR keeps the cluster's PKI, logs and PID files inside the lab directory rather than ~/.kwok.
+    return {"KWOK_WORKDIR": str(site.root / "kwok"), "PATH": f"{BIN}:{os.environ['PATH']}"}
 
 
-def kwok_config() -> Path:
+# Audit policy for --audit-nodes: who reads and writes nodes (benchmarks count the cluster play's own requests).
+NODE_AUDIT_POLICY = """\
+apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived]
+rules:
+  - level: Metadata
+    resources: [{group: "", resources: [nodes]}]
+    verbs: [get, list, watch, patch, update, create]
+  - level: None
+"""
+
+
+def audit_log(site: Site) -> Path:
+    return site.root / "kwok" / "clusters" / site.name / "logs" / "audit.log"
+
+
+def kwok_config(site: Site, audit_nodes: bool = False) -> Path:
     v = versions()
-    cfg = LAB / "kwokctl.yaml"
+    cfg = site.root / "kwokctl.yaml"
+    audit = ""
+    if audit_nodes:
+        policy = site.root / "audit-policy.yaml"
+        policy.write_text(NODE_AUDIT_POLICY)
+        audit = f"  kubeAuditPolicy: {policy}\n"
     cfg.write_text(
         "apiVersion: config.kwok.x-k8s.io/v1alpha1\n"
         "kind: KwokctlConfiguration\n"
@@ -77,14 +120,30 @@ def kwok_config() -> Path:
         f"  kubectlBinary: {BIN / 'kubectl'}\n"
         f"  kwokControllerBinary: {BIN / 'kwok'}\n"
         f"  etcdBinary: {BIN / 'etcd'}\n"
+        + audit
+        + components_patches()
     )
     return cfg
 
 
-def inventory() -> dict:
-    """The lab inventory with group vars merged per host (ansible-inventory does the merging)."""
+# Client rate limits of the lab's controllers. At the defaults (controller-manager 20 QPS per controller, scheduler
+# 50) the DaemonSet controller needs minutes to create 1,000 nodes' device-plugin pods and their events.
+CLIENT_QPS = {"kube-controller-manager": (300, 600), "kube-scheduler": (300, 600)}
+
+
+def components_patches() -> str:
+    lines = ["componentsPatches:"]
+    for component, (qps, burst) in CLIENT_QPS.items():
+        lines += [f"- name: {component}", "  extraArgs:",
+                  "  - key: kube-api-qps", f'    value: "{qps}"',
+                  "  - key: kube-api-burst", f'    value: "{burst}"']
+    return "\n".join(lines) + "\n"
+
+
+def inventory(path: Path = INVENTORY) -> dict:
+    """An inventory with group vars merged per host (ansible-inventory does the merging)."""
     exe = Path(sys.executable).parent / "ansible-inventory"
-    out = run(str(exe), "-i", str(INVENTORY), "--list", env={"ANSIBLE_CONFIG": str(REPO / "ansible.cfg")})
+    out = run(str(exe), "-i", str(path), "--list", env={"ANSIBLE_CONFIG": str(REPO / "ansible.cfg")})
     return json.loads(out.stdout)
 
 
@@ -99,6 +158,7 @@ def gpu_hosts(inv: dict) -> dict[str, dict]:
     return {h: hostvars[h] for h in sorted(set(hosts))}
 
 
+@functools.cache
 def gpu_summary(snapshot: Path) -> tuple[int, str, int]:
     """(count, product name, memory MiB of the first GPU) from a recorded NVML snapshot, through the same
     facts code the nvidia_gpu_facts module runs."""
@@ -111,7 +171,9 @@ def gpu_summary(snapshot: Path) -> tuple[int, str, int]:
     return facts["count"], gpus[0]["name"], int(gpus[0]["memory_total_mib"])
 
 
-def node_manifest(name: str, hostvars: dict) -> dict:
+def node_manifest(name: str, hostvars: dict, pool_labels: bool = True) -> dict:
+    """A fake node as the host's kubelet and device plugin would publish it; ``pool_labels`` adds the labels the
+    cluster play sets, so the lab is usable before that play ran."""
     settings = accel_pools.pool_settings(hostvars)
     count, product, memory = gpu_summary(NVML_DATA / f"{settings['lab_gpu']}.json")
     resources = {k: str(v) for k, v in accel_pools.advertised_resources(settings, count, memory).items()}
@@ -125,7 +187,7 @@ def node_manifest(name: str, hostvars: dict) -> dict:
         "nvidia.com/gpu.product": product.replace(" ", "-"),
         "nvidia.com/gpu.memory": str(memory),
         "nvidia.com/gpu.count": str(count),
-        **accel_pools.node_labels(settings),
+        **(accel_pools.node_labels(settings) if pool_labels else {}),
     }
     return {
         "apiVersion": "v1",
@@ -136,38 +198,61 @@ def node_manifest(name: str, hostvars: dict) -> dict:
     }
 
 
-def apply_nodes(hosts: dict[str, dict]) -> None:
+def node_api(site: Site):
     from kubernetes import client, config  # noqa: PLC0415
 
-    api = client.CoreV1Api(config.new_client_from_config(str(KUBECONFIG)))
-    existing = {n.metadata.name for n in api.list_node().items}
-    for name, hv in hosts.items():
-        body = node_manifest(name, hv)
+    cfg = client.Configuration()
+    config.load_kube_config(str(site.kubeconfig), client_configuration=cfg, persist_config=False)
+    cfg.connection_pool_maxsize = NODE_WORKERS  # one kept connection per worker (default: 5 per CPU)
+    return client.CoreV1Api(client.ApiClient(cfg))
+
+
+def node_names_ready(api) -> tuple[set[str], set[str]]:
+    """(every node, the Ready ones), read as raw JSON: deserialising 1,000 Node objects costs seconds."""
+    items = json.loads(api.list_node(_preload_content=False).data)["items"]
+    ready = {
+        n["metadata"]["name"]
+        for n in items
+        if any(c["type"] == "Ready" and c["status"] == "True" for c in n.get("status", {}).get("conditions", []))
+    }
+    return {n["metadata"]["name"] for n in items}, ready
+
+
+def apply_nodes(site: Site, hosts: dict[str, dict], pool_labels: bool = True) -> None:
+    api = node_api(site)
+    existing, _ = node_names_ready(api)
+
+    def apply(name: str) -> None:
+        body = node_manifest(name, hosts[name], pool_labels)
         if name in existing:
-            api.patch_node(name, {"metadata": {"labels": body["metadata"]["labels"]}})
+            api.patch_node(name, {"metadata": {"labels": body["metadata"]["labels"]}}, _preload_content=False)
         else:
-            api.create_node(body)
+            api.create_node(body, _preload_content=False)
         # Capacity lives in the status subresource; set it explicitly so it survives kwok's initialisation.
-        api.patch_node_status(name, {"status": body["status"]})
-    deadline = time.time() + 120
+        api.patch_node_status(name, {"status": body["status"]}, _preload_content=False)
+
+    started = time.time()
+    with ThreadPoolExecutor(NODE_WORKERS) as pool:
+        list(pool.map(apply, sorted(hosts)))  # list(): re-raises the first failure
+    log(f"{len(hosts)} fake GPU nodes applied in {time.time() - started:.1f} s")
+    # kwok marks nodes Ready at its own pace: allow a few seconds more per hundred nodes.
+    timeout = 120 + len(hosts) // 10
+    deadline = time.time() + timeout
     while time.time() < deadline:
-        ready = {
-            n.metadata.name
-            for n in api.list_node().items
-            if any(c.type == "Ready" and c.status == "True" for c in (n.status.conditions or []))
-        }
+        _, ready = node_names_ready(api)
         if set(hosts) <= ready:
-            log(f"{len(hosts)} fake GPU nodes Ready")
+            log(f"{len(hosts)} fake GPU nodes Ready after {time.time() - started:.1f} s")
             return
         time.sleep(1)
-    sys.exit(f"[lab] nodes not Ready after 120 s: {sorted(set(hosts) - ready)}")
+    missing = sorted(set(hosts) - ready)
+    sys.exit(f"[lab] {len(missing)} nodes not Ready after {timeout} s: {missing[:20]}")
 
 
 def podman(*args: str, check: bool = True) -> subprocess.CompletedProcess:
     return run("podman", *args, check=check)
 
 
-def start_hosts(hosts: dict[str, dict]) -> None:
+def start_hosts(site: Site, hosts: dict[str, dict]) -> None:
     image = versions()["HOST_IMAGE"]
     if shutil.which("podman") is None or podman("image", "exists", image, check=False).returncode != 0:
         sys.exit(f"[lab] podman image {image} missing: run scripts/toolchain.sh first")
@@ -182,12 +267,12 @@ def start_hosts(hosts: dict[str, dict]) -> None:
                 "run", "-d", "--name", name, "--hostname", name, "--network", "host",
                 "--label", "kube-accel.lab=true", image, "sleep", "infinity",
             )
-    (LAB / "hosts").write_text("\n".join(hosts) + "\n")
+    (site.root / "hosts").write_text("\n".join(hosts) + "\n")
     log(f"{len(hosts)} host containers running")
 
 
-def stop_hosts() -> None:
-    listed = LAB / "hosts"
+def stop_hosts(site: Site) -> None:
+    listed = site.root / "hosts"
     if not listed.exists() or shutil.which("podman") is None:
         return
     # Only the containers this lab started, by exact name.
@@ -197,59 +282,75 @@ def stop_hosts() -> None:
     listed.unlink()
 
 
-def cluster_running() -> bool:
-    if not KUBECONFIG.exists():
+def cluster_running(site: Site) -> bool:
+    if not site.kubeconfig.exists():
         return False
-    proc = run(str(BIN / "kubectl"), "--kubeconfig", str(KUBECONFIG), "get", "--raw", "/readyz",
+    proc = run(str(BIN / "kubectl"), "--kubeconfig", str(site.kubeconfig), "get", "--raw", "/readyz",
                check=False)
     return proc.returncode == 0
 
 
+def site_of(args: argparse.Namespace) -> Site:
+    root = Path(args.dir).resolve() if args.dir else LAB
+    return Site(root=root, name=args.name, inventory=Path(getattr(args, "inventory", None) or INVENTORY).resolve())
+
+
 def up(args: argparse.Namespace) -> None:
-    LAB.mkdir(exist_ok=True)
+    site = site_of(args)
+    site.root.mkdir(parents=True, exist_ok=True)
     if not args.skip_toolchain:
         run(str(REPO / "scripts" / "toolchain.sh"), "all", capture=False)
-    if cluster_running():
+    if cluster_running(site):
         log("cluster already running")
     else:
         started = time.time()
-        run(str(BIN / "kwokctl"), "--name", CLUSTER, "delete", "cluster", check=False, env=kwok_env())
+        run(str(BIN / "kwokctl"), "--name", site.name, "delete", "cluster", check=False, env=kwok_env(site))
+        config = kwok_config(site, audit_nodes=args.audit_nodes)
         run(
-            str(BIN / "kwokctl"), "--name", CLUSTER, "create", "cluster", "-c", str(kwok_config()),
-            "--wait", "3m", "--kubeconfig", str(KUBECONFIG), env=kwok_env(), capture=False,
+            str(BIN / "kwokctl"), "--name", site.name, "create", "cluster", "-c", str(config),
+            "--wait", "3m", "--kubeconfig", str(site.kubeconfig), env=kwok_env(site), capture=False,
         )
         log(f"control plane up in {time.time() - started:.1f} s")
-    hosts = gpu_hosts(inventory())
-    apply_nodes(hosts)
+    hosts = gpu_hosts(inventory(site.inventory))
+    apply_nodes(site, hosts, pool_labels=not args.unlabelled)
     if not args.no_hosts:
-        start_hosts(hosts)
+        start_hosts(site, hosts)
 
 
-def down(_: argparse.Namespace) -> None:
-    stop_hosts()
-    if (LAB / "kwok").exists():
-        run(str(BIN / "kwokctl"), "--name", CLUSTER, "delete", "cluster", check=False, env=kwok_env(),
+def down(args: argparse.Namespace) -> None:
+    site = site_of(args)
+    stop_hosts(site)
+    if (site.root / "kwok").exists():
+        run(str(BIN / "kwokctl"), "--name", site.name, "delete", "cluster", check=False, env=kwok_env(site),
             capture=False)
-    if KUBECONFIG.exists():
-        KUBECONFIG.unlink()
+    if site.kubeconfig.exists():
+        site.kubeconfig.unlink()
     log("lab removed")
 
 
-def status(_: argparse.Namespace) -> None:
-    if not cluster_running():
+def status(args: argparse.Namespace) -> None:
+    site = site_of(args)
+    if not cluster_running(site):
         print("cluster: down")
         sys.exit(1)
     print("cluster: up")
-    run(str(BIN / "kubectl"), "--kubeconfig", str(KUBECONFIG), "get", "nodes", "-L",
+    run(str(BIN / "kubectl"), "--kubeconfig", str(site.kubeconfig), "get", "nodes", "-L",
         accel_constants.LABELS["pool"], capture=False)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--dir", help="lab directory (default .lab); a second lab needs its own")
+    parser.add_argument("--name", default=CLUSTER, help=f"kwokctl cluster name (default {CLUSTER})")
     sub = parser.add_subparsers(dest="cmd", required=True)
     p_up = sub.add_parser("up")
     p_up.add_argument("--skip-toolchain", action="store_true", help="do not (re)check the toolchain")
     p_up.add_argument("--no-hosts", action="store_true", help="cluster and fake nodes only, no podman hosts")
+    p_up.add_argument("--inventory", help="inventory whose GPU hosts become fake nodes (default inventories/lab)")
+    p_up.add_argument("--unlabelled", action="store_true",
+                      help="fake nodes without kube-accel's labels, as before the cluster play first ran")
+    p_up.add_argument("--audit-nodes", action="store_true",
+                      help="log every request on nodes to the cluster's audit.log (new clusters only)")
     p_up.set_defaults(func=up)
     sub.add_parser("down").set_defaults(func=down)
     sub.add_parser("status").set_defaults(func=status)

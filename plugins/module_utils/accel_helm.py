@@ -917,3 +917,29 @@ def ensure_absent(
     helm.call(argv, f"helm uninstall of release {name!r}")
     result["status"] = "uninstalled"
     return result
+
+
+# Go's time.ParseDuration grammar, so a typo fails here rather than deep inside helm.
+GO_DURATION = re.compile(r"^(\d+(\.\d+)?(ns|us|µs|ms|s|m|h))+$")
+
+
+def module_helm(module: Any, validate_schema: bool) -> Helm:
+    """What accel_release and accel_releases check before helm runs (a timeout helm understands, jsonschema where
+    values are validated), and the Helm they run it with. A failed check fails the module; find_helm and Helm's
+    version probe raise HelmError for the caller to report."""
+    p = module.params
+    if not GO_DURATION.match(p["timeout"]):
+        module.fail_json(msg=f"timeout {p['timeout']!r} is not a duration helm understands (e.g. 90s, 5m, 1h30m)")
+    if validate_schema:
+        try:
+            import jsonschema  # noqa: F401
+        except ImportError:
+            from ansible.module_utils.basic import missing_required_lib
+
+            module.fail_json(msg=missing_required_lib("jsonschema"), exception=traceback.format_exc())
+
+    def run(argv):
+        # LANG=C: helm's messages are matched in English by the error mapping.
+        return module.run_command(list(argv), environ_update={"LANG": "C", "LC_ALL": "C"})
+
+    return Helm(find_helm(p["helm_binary"]), run, kubeconfig=p["kubeconfig"], context=p["context"])

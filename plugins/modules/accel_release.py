@@ -223,29 +223,23 @@ diff:
   elements: dict
 """
 
-import re
 import traceback
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 
 try:
     from ansible.module_utils.accel_helm import (
-        Helm,
         HelmError,
         ReleaseSpec,
         desired_values,
         ensure_absent,
         ensure_present,
-        find_helm,
+        module_helm,
     )
 
     IMPORT_ERROR = None
 except ImportError:  # pyyaml missing on the host that runs helm
     IMPORT_ERROR = traceback.format_exc()
-
-# Go's time.ParseDuration grammar, so a typo fails here rather than deep inside helm.
-GO_DURATION = re.compile(r"^(\d+(\.\d+)?(ns|us|µs|ms|s|m|h))+$")
-
 
 def argument_spec() -> dict:
     return {
@@ -277,20 +271,9 @@ def main() -> None:
     if IMPORT_ERROR:
         module.fail_json(msg=missing_required_lib("PyYAML"), exception=IMPORT_ERROR)
     p = module.params
-    if not GO_DURATION.match(p["timeout"]):
-        module.fail_json(msg=f"timeout {p['timeout']!r} is not a duration helm understands (e.g. 90s, 5m, 1h30m)")
-    if p["state"] == "present" and p["validate_schema"]:
-        try:
-            import jsonschema  # noqa: F401
-        except ImportError:
-            module.fail_json(msg=missing_required_lib("jsonschema"), exception=traceback.format_exc())
-
-    def run(argv):
-        # LANG=C: helm's messages are matched in English by the error mapping.
-        return module.run_command(list(argv), environ_update={"LANG": "C", "LC_ALL": "C"})
 
     try:
-        helm = Helm(find_helm(p["helm_binary"]), run, kubeconfig=p["kubeconfig"], context=p["context"])
+        helm = module_helm(module, p["state"] == "present" and p["validate_schema"])
         if p["state"] == "absent":
             result = ensure_absent(
                 helm,

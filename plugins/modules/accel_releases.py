@@ -124,20 +124,17 @@ diff:
   elements: dict
 """
 
-import re
 import traceback
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 
 try:
-    from ansible.module_utils.accel_helm import Helm, HelmError, ensure_each_present, find_helm, release_specs
+    from ansible.module_utils.accel_helm import HelmError, ensure_each_present, module_helm, release_specs
 
     IMPORT_ERROR = None
 except ImportError:  # pyyaml missing on the host that runs helm
     IMPORT_ERROR = traceback.format_exc()
 
-# Go's time.ParseDuration grammar, so a typo fails here rather than deep inside helm.
-GO_DURATION = re.compile(r"^(\d+(\.\d+)?(ns|us|µs|ms|s|m|h))+$")
 
 
 def failure_details(error) -> dict:
@@ -168,22 +165,11 @@ def main() -> None:
     if IMPORT_ERROR:
         module.fail_json(msg=missing_required_lib("PyYAML"), exception=IMPORT_ERROR)
     p = module.params
-    if not GO_DURATION.match(p["timeout"]):
-        module.fail_json(msg=f"timeout {p['timeout']!r} is not a duration helm understands (e.g. 90s, 5m, 1h30m)")
     if p["parallel"] < 1:
         module.fail_json(msg=f"parallel must be at least 1, not {p['parallel']}")
-    if p["validate_schema"]:
-        try:
-            import jsonschema  # noqa: F401
-        except ImportError:
-            module.fail_json(msg=missing_required_lib("jsonschema"), exception=traceback.format_exc())
-
-    def run(argv):
-        # LANG=C: helm's messages are matched in English by the error mapping.
-        return module.run_command(list(argv), environ_update={"LANG": "C", "LC_ALL": "C"})
 
     try:
-        helm = Helm(find_helm(p["helm_binary"]), run, kubeconfig=p["kubeconfig"], context=p["context"])
+        helm = module_helm(module, p["validate_schema"])
         specs = release_specs(p["releases"], namespace=p["namespace"], wait=p["wait"], timeout=p["timeout"],
                               atomic=p["atomic"], create_namespace=p["create_namespace"])
     except HelmError as exc:

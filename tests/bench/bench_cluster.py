@@ -12,8 +12,8 @@
    Ratios: noop at the largest size against the 15 s target, labelling cost largest / smallest size.
 4. Scheduling, on the largest lab after the cluster play: bare pods (--pods, 1,000 by default) requesting the
    pools' resources (each pool's verify-Job request, pinned to the pool by its label), spread evenly over the
-   pools; then as many pods requesting only CPU, no selector. Time from the first create to every pod bound
-   (mean of two runs per case, run gpu, cpu, cpu, gpu). Ratio gpu / cpu.
+   pools; then the same pods requesting only CPU (same selector and toleration). Time from the first create to
+   every pod bound (mean of two runs per case, run gpu, cpu, cpu, gpu). Ratio gpu / cpu.
 
 The bench lab lives in .lab/bench as kwokctl cluster "kube-accel-bench" (the normal lab in .lab is left alone,
 running or not) and is removed at the end. Inventories are written to inventories/.tmp-bench-cluster-<N>/.
@@ -290,9 +290,12 @@ def pool_pod_specs(size: int) -> list[tuple[str, dict, int]]:
 
 
 def pod_bodies(case: str, count: int, size: int) -> list[dict]:
-    cpu_spec = {"containers": [{"name": "work", "image": "registry.k8s.io/pause:3.10",
-                                "resources": {"requests": {"cpu": "100m"}}}]}
-    specs = [("cpu", cpu_spec, count)] if case == "cpu-pods" else pool_pod_specs(size)
+    """The pool pods, or the same pods (pool selector and toleration too) requesting only CPU: the two cases
+    differ by the resource request alone."""
+    specs = pool_pod_specs(size)
+    if case == "cpu-pods":
+        cpu_only = [{**c, "resources": {"requests": {"cpu": "100m"}}} for c in specs[0][1]["containers"]]
+        specs = [(pool, {**spec, "containers": cpu_only}, fits) for pool, spec, fits in specs]
     bodies = []
     for i in range(count):
         pool, spec, fits = specs[i % len(specs)]

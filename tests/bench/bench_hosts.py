@@ -124,8 +124,10 @@ def fleet(sizes: list[int], work: Path) -> list[Row]:
             if case == "rerun" and run.total_changed:
                 sys.exit(f"[bench] the re-run on {size} hosts changed {run.changed}: not idempotent")
             rows.append(Row("hosts", case, size, round(run.seconds, 2), run.total_changed,
-                            cpu_seconds=round(run.cpu_seconds, 1)))
-            log(f"  {run.seconds:.1f} s, {run.cpu_seconds:.1f} CPU s, changed={run.total_changed}")
+                            cpu_seconds=round(run.cpu_seconds, 1),
+                            controller_cpu_seconds=round(run.controller_cpu_seconds, 1)))
+            log(f"  {run.seconds:.1f} s, {run.cpu_seconds:.1f} CPU s ({run.controller_cpu_seconds:.1f} controller), "
+                f"changed={run.total_changed}")
         shutil.rmtree(inventory.parent)
     remove_hosts()
     return rows

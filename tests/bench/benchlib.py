@@ -10,6 +10,7 @@ from __future__ import annotations
 import csv
 import os
 import re
+import resource
 import subprocess
 import sys
 import time
@@ -38,6 +39,9 @@ class Row:
     # CPU seconds the whole machine spent during the case (controller, lab hosts, control plane alike): with the
     # wall time it tells whether a case waited or was bound by the machine's cores.
     cpu_seconds: float | None = None
+    # CPU seconds of the benchmarked command and everything it started and reaped (ansible-playbook, its forks,
+    # their `podman exec` clients), not the lab hosts' own processes: what a controller pays on a real fleet.
+    controller_cpu_seconds: float | None = None
 
 
 def log(msg: str) -> None:
@@ -79,6 +83,7 @@ RECAP = re.compile(r"^(?P<host>\S+)\s+:\s+ok=(?P<ok>\d+)\s+changed=(?P<changed>\
 class PlaybookRun:
     seconds: float
     cpu_seconds: float
+    controller_cpu_seconds: float
     changed: dict[str, int]
     failed: dict[str, int]
     output: str
@@ -101,6 +106,12 @@ def ansible_env(**extra: str) -> dict[str, str]:
     }
 
 
+def children_cpu_seconds() -> float:
+    """User + system CPU seconds of this process's reaped children so far."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
 def run_playbook(playbook: str, inventory: Path, *args: str, env: dict[str, str] | None = None,
                  log_to: Path | None = None) -> PlaybookRun:
     """Run ``ansible-playbook``, time it, and read the per-host changed/failed counts off PLAY RECAP.
@@ -109,8 +120,10 @@ def run_playbook(playbook: str, inventory: Path, *args: str, env: dict[str, str]
     """
     argv = [str(VENV_BIN / "ansible-playbook"), "-i", str(inventory), str(REPO / "ansible" / playbook), *args]
     settle()
+    children = children_cpu_seconds()
     with stopwatch() as t:
         proc = subprocess.run(argv, cwd=REPO, env=env or ansible_env(), capture_output=True, text=True, check=False)
+    controller = children_cpu_seconds() - children
     output = proc.stdout + proc.stderr
     if log_to:
         log_to.parent.mkdir(parents=True, exist_ok=True)
@@ -124,7 +137,7 @@ def run_playbook(playbook: str, inventory: Path, *args: str, env: dict[str, str]
             failed[m["host"]] = int(m["failed"]) + int(m["unr"])
     if proc.returncode != 0 or any(failed.values()) or not changed:
         sys.exit(f"[bench] {' '.join(argv)} failed (rc {proc.returncode}):\n{output[-6000:]}")
-    return PlaybookRun(t[0], t[1], changed, failed, output)
+    return PlaybookRun(t[0], t[1], controller, changed, failed, output)
 
 
 def write_rows(bench: str, rows: list[Row]) -> Path:
@@ -140,12 +153,17 @@ def write_rows(bench: str, rows: list[Row]) -> Path:
     return path
 
 
+def optional_float(value: str | None) -> float | None:
+    return None if value in (None, "", "None") else float(value)
+
+
 def read_rows(path: Path) -> list[Row]:
     with path.open() as fh:
         return [
             Row(bench=r["bench"], case=r["case"], size=int(r["size"]), seconds=float(r["seconds"]),
                 changed=int(r["changed"]) if r["changed"] not in ("", "None") else None, note=r["note"],
-                cpu_seconds=float(r["cpu_seconds"]) if r.get("cpu_seconds") not in (None, "", "None") else None)
+                cpu_seconds=optional_float(r.get("cpu_seconds")),
+                controller_cpu_seconds=optional_float(r.get("controller_cpu_seconds")))
             for r in csv.DictReader(fh)
         ]
 

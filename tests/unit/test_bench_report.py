@@ -21,13 +21,16 @@ def test_recap_line_is_parsed():
 
 
 def test_fleet_ratios_and_verdicts():
-    rows = [Row("hosts", "first", 1, 40.0, cpu_seconds=30.0), Row("hosts", "rerun", 1, 8.0, 0),
-            Row("hosts", "first", 12, 100.0, cpu_seconds=190.0), Row("hosts", "rerun", 12, 30.0, 0)]
+    rows = [Row("hosts", "first", 1, 40.0, cpu_seconds=30.0, controller_cpu_seconds=12.0),
+            Row("hosts", "rerun", 1, 8.0, 0),
+            Row("hosts", "first", 12, 100.0, cpu_seconds=190.0, controller_cpu_seconds=96.0),
+            Row("hosts", "rerun", 12, 30.0, 0)]
     text = "\n".join(report.fleet_section(rows))
-    assert f"| 12 | 100.0 | 190 | 1.90 of {os.cpu_count()} | 30.0 | 0.30 | 0 |" in text
+    assert f"| 12 | 100.0 | 190 | 96 | 1.90 of {os.cpu_count()} | 30.0 | 0.30 | 0 |" in text
     assert "**2.50x** (target <= 2x: **not met**)" in text
     # worst re-run share is 12 hosts' 0.30
     assert "**0.30** (target <= 0.25: **not met**)" in text
+    assert "controller CPU per host, first run: 12.0 s at 1, 8.0 s at 12 host(s)" in text
 
 
 def test_noop_target_needs_zero_changes():
@@ -39,5 +42,6 @@ def test_noop_target_needs_zero_changes():
 
 def test_csv_round_trip(tmp_path, monkeypatch):
     monkeypatch.setattr(benchlib, "OUT", tmp_path)
-    rows = [Row("overhead", "roles", 1, 61.5, None, "40 packages + 12 paths", 20.5), Row("overhead", "script", 1, 50.0)]
+    rows = [Row("overhead", "roles", 1, 61.5, None, "40 packages + 12 paths", 20.5, 9.5),
+            Row("overhead", "script", 1, 50.0)]
     assert benchlib.read_rows(benchlib.write_rows("overhead", rows)) == rows

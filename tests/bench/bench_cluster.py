@@ -294,8 +294,9 @@ def pod_bodies(case: str, count: int, size: int) -> list[dict]:
     differ by the resource request alone."""
     specs = pool_pod_specs(size)
     if case == "cpu-pods":
-        cpu_only = [{**c, "resources": {"requests": {"cpu": "100m"}}} for c in specs[0][1]["containers"]]
-        specs = [(pool, {**spec, "containers": cpu_only}, fits) for pool, spec, fits in specs]
+        specs = [(pool, {**spec, "containers": [{**c, "resources": {"requests": {"cpu": "100m"}}}
+                                                for c in spec["containers"]]}, fits)
+                 for pool, spec, fits in specs]
     bodies = []
     for i in range(count):
         pool, spec, fits = specs[i % len(specs)]

@@ -153,17 +153,18 @@ def write_rows(bench: str, rows: list[Row]) -> Path:
     return path
 
 
-def optional_float(value: str | None) -> float | None:
-    return None if value in (None, "", "None") else float(value)
+def optional(value: str | None, cast: type[int] | type[float]) -> int | float | None:
+    """A CSV field that may be empty (written from None), or absent from an older file."""
+    return None if value in (None, "", "None") else cast(value)
 
 
 def read_rows(path: Path) -> list[Row]:
     with path.open() as fh:
         return [
             Row(bench=r["bench"], case=r["case"], size=int(r["size"]), seconds=float(r["seconds"]),
-                changed=int(r["changed"]) if r["changed"] not in ("", "None") else None, note=r["note"],
-                cpu_seconds=optional_float(r.get("cpu_seconds")),
-                controller_cpu_seconds=optional_float(r.get("controller_cpu_seconds")))
+                changed=optional(r["changed"], int), note=r["note"],
+                cpu_seconds=optional(r.get("cpu_seconds"), float),
+                controller_cpu_seconds=optional(r.get("controller_cpu_seconds"), float))
             for r in csv.DictReader(fh)
         ]
 

@@ -34,12 +34,9 @@ def machine() -> str:
             f"Python {platform.python_version()}, commit {commit}")
 
 
-def cpu(row: Row) -> str:
-    return "" if row.cpu_seconds is None else f"{row.cpu_seconds:.0f}"
-
-
-def controller_cpu(row: Row) -> str:
-    return "" if row.controller_cpu_seconds is None else f"{row.controller_cpu_seconds:.0f}"
+def whole(seconds: float | None) -> str:
+    """A CPU-seconds cell: whole seconds, empty where the case did not record it."""
+    return "" if seconds is None else f"{seconds:.0f}"
 
 
 def busy(row: Row) -> str:
@@ -60,7 +57,8 @@ def fleet_section(rows: list[Row]) -> list[str]:
     for s in sizes:
         first, rerun = idx.get(("first", s)), idx.get(("rerun", s))
         if first and rerun:
-            out.append(f"| {s} | {first.seconds:.1f} | {cpu(first)} | {controller_cpu(first)} | {busy(first)} "
+            out.append(f"| {s} | {first.seconds:.1f} | {whole(first.cpu_seconds)} "
+                       f"| {whole(first.controller_cpu_seconds)} | {busy(first)} "
                        f"| {rerun.seconds:.1f} | {rerun.seconds / first.seconds:.2f} | {rerun.changed} |")
     out.append("")
     if len(sizes) > 1 and ("first", sizes[0]) in idx and ("first", sizes[-1]) in idx:
@@ -85,8 +83,8 @@ def overhead_section(rows: list[Row]) -> list[str]:
     idx = {r.case: r for r in rows}
     out = ["## 2. Overhead against the physical limit (one fresh pGPU host each)", "",
            "| case | seconds | machine CPU (s) | changed | what |", "|---|---:|---:|---:|---|"]
-    out += [f"| {r.case} | {r.seconds:.1f} | {cpu(r)} | {'' if r.changed is None else r.changed} | {r.note} |"
-            for r in rows]
+    out += [f"| {r.case} | {r.seconds:.1f} | {whole(r.cpu_seconds)} | {'' if r.changed is None else r.changed} "
+            f"| {r.note} |" for r in rows]
     out.append("")
     for suffix in ("", "+dkms"):
         if f"roles{suffix}" in idx and f"script{suffix}" in idx:

@@ -1,0 +1,133 @@
+#!/usr/bin/env bash
+# Upstream sources at the exact versions the charts pin, unpacked and built for the conformance tests
+# (tests/conformance): the upstream binaries run kube-accel's rendered flags, env and configs through their
+# own parsers, and small harnesses (tests/conformance/go/*) call upstream loaders that have no command.
+#
+# Archives come from $KA_UPSTREAM_SRC (default: ../shared/upstream beside the checkout; its README lists
+# tags, commits and licenses). Where that directory lacks an archive: in CI (CI=true) that is a failure
+# naming the file; elsewhere the pinned tag is cloned from the project's public repository, or the script
+# says exactly what is missing. Everything is cached by the archive's digest and the Go version: a second
+# call builds nothing.
+#
+# Usage: scripts/upstream.sh [all|src|bin|harness|path ARCHIVE]
+set -euo pipefail
+
+HERE=$(cd "$(dirname "$0")" && pwd)
+REPO=$(cd "$HERE/.." && pwd)
+KA_CACHE=${KA_CACHE:-$HOME/.cache/kube-accel}
+KA_UPSTREAM_SRC=${KA_UPSTREAM_SRC:-$REPO/../shared/upstream}
+UP="$KA_CACHE/upstream"
+export GOTOOLCHAIN=local GOFLAGS="-trimpath -buildvcs=false -mod=mod"
+export GOMODCACHE="$KA_CACHE/go/mod" GOCACHE="$KA_CACHE/go/build"
+# go-nvml binds libnvidia-ml through cgo (dlopen at run time): the NVIDIA binaries need cgo to build.
+export CGO_ENABLED=1
+
+# archive stem | public repository | tag or commit | binaries: package=output-name ...
+ARCHIVES=(
+  "k8s-device-plugin-v0.20.0|https://github.com/NVIDIA/k8s-device-plugin|v0.20.0|./cmd/nvidia-device-plugin=nvidia-device-plugin ./cmd/gpu-feature-discovery=gpu-feature-discovery ./cmd/mps-control-daemon=mps-control-daemon ./cmd/config-manager=config-manager"
+  "mig-parted-v0.15.0|https://github.com/NVIDIA/mig-parted|v0.15.0|./cmd/nvidia-mig-parted=nvidia-mig-parted"
+  "hami-v2.10.0|https://github.com/Project-HAMi/HAMi|v2.10.0|./cmd/scheduler=hami-scheduler"
+  "gpu-operator-v26.7.0|https://github.com/NVIDIA/gpu-operator|v26.7.0|"
+  "gpu-admission-47d56ae|https://github.com/tkestack/gpu-admission|47d56ae99ef7f24f2c9c4d33d17567e2e52f3ba2|"
+  "gpu-manager-v1.1.5|https://github.com/tkestack/gpu-manager|v1.1.5|"
+  "dcgm-exporter-4.5.3-4.8.2|https://github.com/NVIDIA/dcgm-exporter|4.5.3-4.8.2|"
+)
+
+log() { printf '[upstream] %s\n' "$*" >&2; }
+die() { printf '[upstream] ERROR: %s\n' "$*" >&2; exit 1; }
+field() { local IFS='|'; read -r -a f <<<"$1"; printf '%s' "${f[$2]:-}"; }
+entry() { local e; for e in "${ARCHIVES[@]}"; do [ "$(field "$e" 0)" = "$1" ] && { printf '%s' "$e"; return; }; done; die "unknown archive $1"; }
+
+# The source tree of one archive, unpacked once per archive digest.
+unpack() {
+  local stem=$1 e url ref archive dest key
+  e=$(entry "$stem"); url=$(field "$e" 1); ref=$(field "$e" 2)
+  archive="$KA_UPSTREAM_SRC/$stem.tar.gz"
+  dest="$UP/src/$stem"
+  if [ -f "$archive" ]; then
+    key=$(sha256sum "$archive" | cut -c1-16)
+    [ -f "$dest/.ka-stamp" ] && [ "$(cat "$dest/.ka-stamp")" = "$key" ] && return 0
+    log "unpacking $stem"
+    rm -rf "$dest" && mkdir -p "$dest"
+    tar -xzf "$archive" -C "$dest" --strip-components=1
+    printf '%s' "$key" >"$dest/.ka-stamp"
+    return 0
+  fi
+  if [ "${CI:-}" = "true" ]; then
+    die "$archive is missing: CI tests kube-accel against the pinned upstream sources in \$KA_UPSTREAM_SRC ($KA_UPSTREAM_SRC); see its README"
+  fi
+  key="git:$ref"
+  [ -f "$dest/.ka-stamp" ] && [ "$(cat "$dest/.ka-stamp")" = "$key" ] && return 0
+  log "$archive not found: cloning $url at $ref"
+  rm -rf "$dest" && mkdir -p "$dest"
+  if ! { git -C "$dest" init -q && git -C "$dest" fetch -q --depth 1 "$url" "$ref" && git -C "$dest" checkout -q FETCH_HEAD; }; then
+    rm -rf "$dest"
+    die "no $stem: put $stem.tar.gz (git archive of $url at $ref) in $KA_UPSTREAM_SRC, or allow git to reach $url"
+  fi
+  printf '%s' "$key" >"$dest/.ka-stamp"
+}
+
+build_key() { printf '%s %s %s' "$(cat "$1/.ka-stamp")" "$(go env GOVERSION)" "$2" | sha256sum | cut -c1-16; }
+
+# Upstream commands, built from their own module with their own go.mod and go.sum.
+build_bins() {
+  local e stem src pair pkg out key
+  mkdir -p "$UP/bin"
+  for e in "${ARCHIVES[@]}"; do
+    stem=$(field "$e" 0)
+    [ -n "$(field "$e" 3)" ] || continue
+    unpack "$stem"
+    src="$UP/src/$stem"
+    for pair in $(field "$e" 3); do
+      pkg=${pair%%=*}; out="$UP/bin/${pair#*=}"
+      key=$(build_key "$src" "$pkg")
+      [ -x "$out" ] && [ -f "$out.stamp" ] && [ "$(cat "$out.stamp")" = "$key" ] && continue
+      log "building ${pair#*=} from $stem ($pkg)"
+      (cd "$src" && go build -ldflags "-s -w" -o "$out" "$pkg")
+      printf '%s' "$key" >"$out.stamp"
+    done
+  done
+}
+
+# kube-accel's own harnesses (tests/conformance/go/NAME): each go.mod's first line is
+# `// upstream: ARCHIVE MODULE`; the build points MODULE at the unpacked ARCHIVE with a replace directive,
+# in a copy under the cache so the checkout's go.mod stays free of machine paths.
+build_harnesses() {
+  local dir name stem mod src work out key
+  mkdir -p "$UP/bin"
+  for dir in "$REPO"/tests/conformance/go/*/; do
+    [ -f "$dir/go.mod" ] || continue
+    name=$(basename "$dir")
+    read -r _ _ stem mod < <(head -1 "$dir/go.mod")
+    [ -n "$stem" ] && [ -n "$mod" ] || die "$dir/go.mod: first line must be '// upstream: ARCHIVE MODULE'"
+    unpack "$stem"
+    src="$UP/src/$stem"
+    out="$UP/bin/ka-conform-$name"
+    key=$(build_key "$src" "$(cd "$dir" && find . -type f -print0 | sort -z | xargs -0 sha256sum | sha256sum)")
+    [ -x "$out" ] && [ -f "$out.stamp" ] && [ "$(cat "$out.stamp")" = "$key" ] && continue
+    log "building harness ka-conform-$name against $stem"
+    work="$UP/harness/$name"
+    rm -rf "$work" && mkdir -p "$work" && cp -r "$dir/." "$work/"
+    (
+      cd "$work"
+      go mod edit -replace "$mod=$src"
+      go mod tidy
+      go build -ldflags "-s -w" -o "$out" .
+    )
+    printf '%s' "$key" >"$out.stamp"
+  done
+}
+
+case "${1:-all}" in
+  src) for e in "${ARCHIVES[@]}"; do unpack "$(field "$e" 0)"; done ;;
+  bin) build_bins ;;
+  harness) build_harnesses ;;
+  path) unpack "$2" >/dev/null; printf '%s\n' "$UP/src/$2" ;;
+  all)
+    for e in "${ARCHIVES[@]}"; do unpack "$(field "$e" 0)"; done
+    build_bins
+    build_harnesses
+    ;;
+  *) echo "usage: $0 [all|src|bin|harness|path ARCHIVE]" >&2; exit 2 ;;
+esac
+log "ready in $UP"

@@ -1,0 +1,53 @@
+"""Where the conformance tests find the upstream code: sources unpacked and binaries built by scripts/upstream.sh.
+
+Evidence in this folder comes from upstream code at the versions the charts pin (../shared/upstream/README.md):
+its own binaries (flag parsers, config loaders), its own Go packages called by the harnesses in
+tests/conformance/go, its own chart and CRDs. A missing build is a failure that says how to make it, never a skip:
+`make test` builds everything first (scripts/toolchain.sh all -> scripts/upstream.sh all).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+CACHE = Path(os.environ.get("KA_CACHE", Path.home() / ".cache" / "kube-accel")) / "upstream"
+SCRIPT = REPO / "scripts" / "upstream.sh"
+
+DEVICE_PLUGIN = "k8s-device-plugin-v0.20.0"
+MIG_PARTED = "mig-parted-v0.15.0"
+HAMI = "hami-v2.10.0"
+GPU_OPERATOR = "gpu-operator-v26.7.0"
+GPU_ADMISSION = "gpu-admission-47d56ae"
+GPU_MANAGER = "gpu-manager-v1.1.5"
+DCGM_EXPORTER = "dcgm-exporter-4.5.3-4.8.2"
+
+
+def src(archive: str) -> Path:
+    """The unpacked source tree of one archive (unpacked on first use; a missing archive fails with the reason)."""
+    path = CACHE / "src" / archive
+    if not (path / ".ka-stamp").exists():
+        proc = subprocess.run([str(SCRIPT), "path", archive], capture_output=True, text=True, check=False)
+        if proc.returncode != 0:
+            pytest.fail(f"upstream source {archive} unavailable:\n{proc.stderr.strip()}")
+    return path
+
+
+def binary(name: str) -> Path:
+    """An upstream binary or a ka-conform-* harness built by scripts/upstream.sh."""
+    path = CACHE / "bin" / name
+    if not path.exists():
+        pytest.fail(f"{path} not built: run `scripts/upstream.sh all` (make test does it through the toolchain)")
+    return path
+
+
+def run(name: str, *args: str, env: dict[str, str] | None = None, timeout: int = 60,
+        cwd: Path | None = None) -> subprocess.CompletedProcess:
+    """Run an upstream binary with exactly the given environment (plus PATH), capturing its output."""
+    full_env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), **(env or {})}
+    return subprocess.run([str(binary(name)), *args], capture_output=True, text=True, check=False,
+                          env=full_env, timeout=timeout, cwd=cwd)

@@ -90,27 +90,34 @@ build_bins() {
 }
 
 # kube-accel's own harnesses (tests/conformance/go/NAME): each go.mod's first line is
-# `// upstream: ARCHIVE MODULE`; the build points MODULE at the unpacked ARCHIVE with a replace directive,
-# in a copy under the cache so the checkout's go.mod stays free of machine paths.
+# `// upstream: ARCHIVE MODULE` (or `// upstream: none` for one that needs only the module proxy); the build
+# points MODULE at the unpacked ARCHIVE with a replace directive, in a copy under the cache so the
+# checkout's go.mod stays free of machine paths.
 build_harnesses() {
   local dir name stem mod src work out key
   mkdir -p "$UP/bin"
   for dir in "$REPO"/tests/conformance/go/*/; do
     [ -f "$dir/go.mod" ] || continue
     name=$(basename "$dir")
+    stem='' mod=''
     read -r _ _ stem mod < <(head -1 "$dir/go.mod")
-    [ -n "$stem" ] && [ -n "$mod" ] || die "$dir/go.mod: first line must be '// upstream: ARCHIVE MODULE'"
-    unpack "$stem"
-    src="$UP/src/$stem"
+    if [ "$stem" = none ]; then
+      src=''
+    else
+      [ -n "$stem" ] && [ -n "$mod" ] || die "$dir/go.mod: first line must be '// upstream: ARCHIVE MODULE' or '// upstream: none'"
+      unpack "$stem"
+      src="$UP/src/$stem"
+    fi
     out="$UP/bin/ka-conform-$name"
-    key=$(build_key "$src" "$(cd "$dir" && find . -type f -print0 | sort -z | xargs -0 sha256sum | sha256sum)")
+    key=$( { [ -z "$src" ] || cat "$src/.ka-stamp"; go env GOVERSION
+             cd "$dir" && find . -type f -print0 | sort -z | xargs -0 sha256sum; } | sha256sum | cut -c1-16)
     [ -x "$out" ] && [ -f "$out.stamp" ] && [ "$(cat "$out.stamp")" = "$key" ] && continue
     log "building harness ka-conform-$name against $stem"
     work="$UP/harness/$name"
     rm -rf "$work" && mkdir -p "$work" && cp -r "$dir/." "$work/"
     (
       cd "$work"
-      go mod edit -replace "$mod=$src"
+      [ -z "$src" ] || go mod edit -replace "$mod=$src"
       go mod tidy
       go build -ldflags "-s -w" -o "$out" .
     )

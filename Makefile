@@ -65,10 +65,12 @@ unit: venv ## Unit tests only (no lab, no Molecule)
 	$(BIN)/python -m pytest tests -m "not lab and not molecule and not gpu" $(PYTEST_ARGS)
 
 .PHONY: test
-test: toolchain lint ## Lint, unit, chart and lab integration tests, Molecule scenarios
-	$(BIN)/python -m pytest tests --ignore=tests/molecule $(PYTEST_ARGS)
+test: ## Lint, unit, chart, conformance (upstream code) and lab integration tests, Molecule scenarios
+	scripts/stage.sh toolchain $(MAKE) --no-print-directory toolchain
+	scripts/stage.sh lint $(MAKE) --no-print-directory lint
+	scripts/stage.sh pytest $(BIN)/python -m pytest tests --ignore=tests/molecule --durations=25 $(PYTEST_ARGS)
 	# Molecule scenarios are independent podman hosts with unique names: two at a time.
-	$(BIN)/python -m pytest tests/molecule -n 2 $(PYTEST_ARGS)
+	scripts/stage.sh molecule $(BIN)/python -m pytest tests/molecule -n 2 --durations=0 $(PYTEST_ARGS)
 
 .PHONY: bench
 bench: toolchain ## Benchmarks (BENCHMARKS.md): host fleet, overhead, cluster scale, scheduling -> tests/bench/results

@@ -45,6 +45,10 @@ VARIABLES: dict[str, dict] = {
     "accel_gpu_operator_chart_version": _var("cluster", "str", "GPU Operator chart version."),
     "accel_gpu_operator_service_monitor": _var("cluster", "bool", "Create a Prometheus ServiceMonitor for the "
                                                "DCGM exporter."),
+    "accel_gpu_operator_service_monitor_labels": _var("cluster", "dict", "Labels on the DCGM exporter's "
+                                                      "ServiceMonitor, for a Prometheus that selects "
+                                                      "ServiceMonitors by label (e.g. release: "
+                                                      "kube-prometheus-stack)."),
     # Per pool (group_vars of a group under gpu_pools).
     "accel_pool": _var("pool", "str", "Pool name; becomes the kube-accel.io/pool node label."),
     "accel_mode": _var("pool", "str", "GPU sharing mode of the pool's nodes.", choices=list(MODES)),

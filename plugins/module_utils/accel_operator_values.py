@@ -25,11 +25,12 @@ MIG_PARTED_CONFIGMAP = "kube-accel-mig-parted-config"
 
 # Operand -> (repository, image, version) as in the v26.7.0 chart defaults. kube-accel disables driver, toolkit,
 # device plugin and the sandbox operands, but their images stay overridable so a mirror is complete if a site
-# turns one back on. The validator image is not listed in the reference table; its path follows the other
-# cloud-native operands (unverified against the chart).
+# turns one back on. The validator and the node-status exporter ship in the operator image (values.yaml
+# validator/nodeStatusExporter: nvcr.io/nvidia/gpu-operator, version defaulting to the chart's appVersion);
+# the version is pinned here because a chart built from git carries appVersion "main-latest".
 IMAGES: dict[str, tuple[str, str, str]] = {
     "operator": ("nvcr.io/nvidia", "gpu-operator", OPERATOR_CHART_VERSION),
-    "validator": ("nvcr.io/nvidia/cloud-native", "gpu-operator-validator", OPERATOR_CHART_VERSION),
+    "validator": ("nvcr.io/nvidia", "gpu-operator", OPERATOR_CHART_VERSION),
     "driver": ("nvcr.io/nvidia", "driver", "595.91.07"),
     "driver.manager": ("nvcr.io/nvidia/cloud-native", "k8s-driver-manager", "v0.12.0"),
     "toolkit": ("nvcr.io/nvidia/k8s", "container-toolkit", "v1.20.0"),
@@ -38,7 +39,7 @@ IMAGES: dict[str, tuple[str, str, str]] = {
     "dcgm": ("nvcr.io/nvidia/cloud-native", "dcgm", "4.6.0-1-ubuntu24.04"),
     "dcgmExporter": ("nvcr.io/nvidia/k8s", "dcgm-exporter", "4.6.0-4.8.3-distroless"),
     "migManager": ("nvcr.io/nvidia/cloud-native", "k8s-mig-manager", "v0.15.0"),
-    "nodeStatusExporter": ("nvcr.io/nvidia/cloud-native", "gpu-operator-validator", OPERATOR_CHART_VERSION),
+    "nodeStatusExporter": ("nvcr.io/nvidia", "gpu-operator", OPERATOR_CHART_VERSION),
     "vfioManager": ("nvcr.io/nvidia/cloud-native", "k8s-driver-manager", "v0.12.0"),
     "sandboxDevicePlugin": ("nvcr.io/nvidia", "kubevirt-gpu-device-plugin", "v1.6.0"),
 }
@@ -110,9 +111,11 @@ def gpu_operator_values(pools: list[dict[str, Any]], cluster: dict[str, Any] | N
     or without the ``accel_`` prefix removed (``accel_pools.pool_settings`` shape) or collect_pools entries.
     ``cluster``: cluster settings, all optional:
       image_registry (""), image_pull_secrets ([]), service_monitor (False), service_monitor_interval ("15s"),
-      dcgm_exporter (True), driver_managed_by_kube_accel (True), toolkit_managed_by_kube_accel (True),
-      nfd (False), gfd (False), cdi (False), container_runtime ("containerd"), mig_with_reboot (False),
-      image_overrides ({operand: {repository, image, version}}).
+      service_monitor_labels ({}: ServiceMonitor labels a Prometheus selects on), dcgm_exporter (True),
+      driver_managed_by_kube_accel (True), toolkit_managed_by_kube_accel (True), nfd (False), gfd (False),
+      cdi (False), psa (True), mig_with_reboot (False), image_overrides ({operand: {repository, image, version}}).
+    The container runtime is not an input: v26.7.0 detects it per node (state_manager.go getRuntime) and its chart
+    no longer reads operator.defaultRuntime.
     """
     cluster = dict(cluster or {})
     pools = [_flatten(p) for p in pools]
@@ -159,7 +162,9 @@ def gpu_operator_values(pools: list[dict[str, Any]], cluster: dict[str, Any] | N
         "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
         + (taint_toleration if any(p.get("node_taint") for p in pools) else []),
     }
-    values["operator"]["defaultRuntime"] = cluster.get("container_runtime", "containerd")
+    # The operator labels its own namespace for the privileged Pod Security level (state_manager.go
+    # setPodSecurityLabelsForNamespace); the cluster play labels it too, before the install.
+    values["psa"] = {"enabled": _flag(cluster, "psa", True)}
 
     values["driver"]["enabled"] = not _flag(cluster, "driver_managed_by_kube_accel", True)
     values["toolkit"]["enabled"] = not _flag(cluster, "toolkit_managed_by_kube_accel", True)
@@ -174,10 +179,15 @@ def gpu_operator_values(pools: list[dict[str, Any]], cluster: dict[str, Any] | N
 
     dcgm_exporter = _flag(cluster, "dcgm_exporter", True)
     values["dcgmExporter"]["enabled"] = dcgm_exporter
+    monitor_labels = cluster.get("service_monitor_labels") or {}
+    if not isinstance(monitor_labels, dict):
+        raise ValueError(f"service_monitor_labels={monitor_labels!r} must be a mapping of label -> value")
     values["dcgmExporter"]["serviceMonitor"] = {
         "enabled": dcgm_exporter and _flag(cluster, "service_monitor", False),
         "interval": str(cluster.get("service_monitor_interval", "15s")),
         "honorLabels": False,
+        # A Prometheus whose serviceMonitorSelector matches labels only scrapes ServiceMonitors carrying them.
+        "additionalLabels": {str(k): str(v) for k, v in monitor_labels.items()},
     }
     values["dcgm"]["enabled"] = False  # the exporter's embedded host engine is enough
 

@@ -163,7 +163,11 @@ def mutate(path, value):
         (("migManager", "config"), KeyError, "'config' is a required property"),
         (("migManager", "config", "data"), {"config.yml": "version: v1\n"}, "'config.yaml' is a required property"),
         (("migManager", "config", "create"), False, "True was expected"),
-        (("operator", "defaultRuntime"), "dockershim", "is not one of ['containerd', 'crio', 'docker']"),
+        # v26.7.0's chart no longer reads operator.defaultRuntime (the operator detects the runtime per node).
+        (("operator", "defaultRuntime"), "containerd", "('defaultRuntime' was unexpected)"),
+        (("psa", "enabled"), "true", "'true' is not of type 'boolean'"),
+        (("dcgmExporter", "serviceMonitor", "additionalLabels"), {"release": 1}, "1 is not of type 'string'"),
+        (("dcgmExporter", "serviceMonitor", "additionalLabels"), {"bad key!": "x"}, "does not match"),
         (("nfd", "enabled"), "true", "'true' is not of type 'boolean'"),
         (("toolkit", "enabled"), KeyError, "'enabled' is a required property"),
         (("gfd", "typo"), True, "Additional properties are not allowed ('typo' was unexpected)"),
@@ -189,6 +193,22 @@ def test_filter_plugin():
     values = filters["accel_gpu_operator_values"](LAB_POOLS, {"service_monitor": True})
     assert values == opv.gpu_operator_values(LAB_POOLS, {"service_monitor": True})
     assert filters["accel_gpu_operator_images"](values) == opv.operator_images(values)
+
+
+def test_service_monitor_labels():
+    values = opv.gpu_operator_values(LAB_POOLS, {"service_monitor": True,
+                                                 "service_monitor_labels": {"release": "kube-prometheus-stack"}})
+    assert errors(values) == []
+    assert values["dcgmExporter"]["serviceMonitor"]["additionalLabels"] == {"release": "kube-prometheus-stack"}
+    assert opv.gpu_operator_values(LAB_POOLS)["dcgmExporter"]["serviceMonitor"]["additionalLabels"] == {}
+    with pytest.raises(ValueError, match="must be a mapping"):
+        opv.gpu_operator_values(LAB_POOLS, {"service_monitor_labels": "release=prom"})
+
+
+def test_pod_security_and_no_runtime_key():
+    values = opv.gpu_operator_values(LAB_POOLS)
+    assert values["psa"] == {"enabled": True} and "defaultRuntime" not in values["operator"]
+    assert opv.gpu_operator_values(LAB_POOLS, {"psa": False})["psa"] == {"enabled": False}
 
 
 def test_string_flags_from_ansible():

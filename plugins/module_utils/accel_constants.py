@@ -25,7 +25,22 @@ UPSTREAM_LABELS = {
     "mps_capable": "nvidia.com/mps.capable",
     "deploy_device_plugin": "nvidia.com/gpu.deploy.device-plugin",
     "mig_config": "nvidia.com/mig.config",
+    # Without NFD, the GPU Operator keeps nvidia.com/gpu.present=true (and its gpu.deploy.* labels) only on nodes
+    # that carry one of NFD's NVIDIA PCI labels (gpu-operator v26.7.0 controllers/state_manager.go gpuNodeLabels):
+    # kube-accel sets the one NFD itself would set with the operator's NFD settings.
+    "nfd_pci_nvidia": "feature.node.kubernetes.io/pci-10de.present",
+    # GFD's label; without GFD the operator deploys its MIG manager only where this says "true".
+    "mig_capable": "nvidia.com/mig.capable",
+    # "false": the operator runs none of its operands on the node (VM passthrough: the GPUs have no driver).
+    "deploy_operands": "nvidia.com/gpu.deploy.operands",
+    # GPU Operator mig-manager pauses GPU clients that select on it during a MIG change (charts/pgpu gpuClientLabel).
+    "deploy_client": "nvidia.com/gpu.deploy.client",
 }
+# The value mig-manager gives a deploy label while it reconfigures MIG (mig-parted v0.15.0
+# pkg/mig/reconfigure/reconfigure.go:581-586); it restores "true" afterwards, so kube-accel never overwrites it.
+MIG_PAUSED_VALUE = "paused-for-mig-change"
+# RuntimeClass of the NVIDIA container runtime (handler "nvidia", roles/container_toolkit), created by the cluster play.
+RUNTIME_CLASS = "nvidia"
 
 # Extended resources each mode advertises.
 RESOURCES = {

@@ -14,6 +14,7 @@ from ansible.module_utils import accel_mig
 from ansible.module_utils.accel_constants import (
     LABELS,
     RESOURCES,
+    RUNTIME_CLASS,
     UPSTREAM_LABELS,
     VCUDA_CORES_PER_GPU,
     VCUDA_MEMORY_UNIT_MIB,
@@ -54,11 +55,21 @@ def node_labels(settings: dict[str, Any]) -> dict[str, str]:
         LABELS["mode"]: mode,
         LABELS["managed"]: "true",
         UPSTREAM_LABELS["gpu_present"]: "true",
+        # The GPU Operator resets gpu.present to "false" and drops its gpu.deploy.* labels without this NFD label.
+        UPSTREAM_LABELS["nfd_pci_nvidia"]: "true",
     }
+    if settings.get("vfio_passthrough"):
+        # GPUs bound to vfio-pci have no driver: the operator runs none of its operands here (and removes every
+        # gpu.deploy.* label itself, so kube-accel sets none).
+        labels[UPSTREAM_LABELS["deploy_operands"]] = "false"
+    else:
+        # kube-accel's charts own the device plugin on every pool, not the GPU Operator. The operator keeps a
+        # non-empty deploy label as it is, and its MIG manager leaves "false" alone while it reconfigures.
+        labels[UPSTREAM_LABELS["deploy_device_plugin"]] = "false"
+        # As the operator sets it on GPU nodes; mig-manager pauses the pgpu agents through it (charts/pgpu).
+        labels[UPSTREAM_LABELS["deploy_client"]] = "true"
     if mode == "vgpu":
         labels[LABELS["vgpu_backend"]] = settings.get("vgpu_backend", "hami")
-        # kube-accel's vGPU charts own the device plugin on these nodes, not the GPU Operator.
-        labels[UPSTREAM_LABELS["deploy_device_plugin"]] = "false"
     config = device_plugin_config(settings)
     if config:
         labels[UPSTREAM_LABELS["device_plugin_config"]] = config
@@ -67,6 +78,8 @@ def node_labels(settings: dict[str, Any]) -> dict[str, str]:
         labels[UPSTREAM_LABELS["mps_capable"]] = "true"
     if mode == "pgpu" and mig_enabled(settings) and settings.get("mig_owner", "operator") == "operator":
         labels[UPSTREAM_LABELS["mig_config"]] = mig_config_name(settings)
+        # Without GFD this is what makes the operator label the node for its MIG manager.
+        labels[UPSTREAM_LABELS["mig_capable"]] = "true"
     return labels
 
 
@@ -94,7 +107,8 @@ def advertised_resources(settings: dict[str, Any], gpu_count: int, gpu_memory_mi
         if settings["mig_strategy"] == "single":
             # single strategy: every GPU carries one profile; nvidia.com/gpu counts MIG devices.
             return {RESOURCES["pgpu"]: gpu_count * sum(int(c) for c in geometry.values())}
-        return {f"nvidia.com/mig-{profile}": gpu_count * int(c) for profile, c in geometry.items()}
+        # The plugin writes a profile's "+" as "." (k8s-device-plugin v0.20.0 internal/rm/rm.go:145).
+        return {f"nvidia.com/mig-{profile}".replace("+", "."): gpu_count * int(c) for profile, c in geometry.items()}
     return {RESOURCES["pgpu"]: gpu_count}
 
 
@@ -170,6 +184,8 @@ def release_values(key: str, pools: list[dict[str, Any]], cluster: dict[str, Any
             {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
             {"key": LABELS["pool"], "operator": "Exists", "effect": "NoSchedule"},
         ]
+    if key in ("pgpu", "mps"):
+        values["runtimeClassName"] = cluster.get("runtime_class") or RUNTIME_CLASS
     if key == "pgpu":
         vfio = [p["pool"] for p in pools if p["settings"].get("vfio_passthrough")]
         values["pools"] = [n for n in names if n not in vfio] or names[:0]
@@ -177,6 +193,11 @@ def release_values(key: str, pools: list[dict[str, Any]], cluster: dict[str, Any
             values["passthrough"] = {"enabled": True, "pools": vfio}
         # The static CPU manager rewrites cgroups; device specs keep GPU access (upstream compat mode).
         values["compatWithCPUManager"] = any(p["settings"].get("numa_policy", "none") != "none" for p in pools)
+        # Only the configs the pools select: a MIG config makes the agents add SYS_ADMIN (null drops a chart default).
+        used = {device_plugin_config(p["settings"]) for p in pools if p["pool"] in values["pools"]} or {"exclusive"}
+        values["configs"] = {name: ({"migStrategy": name[len("mig-"):] if name.startswith("mig-") else "none"}
+                                    if name in used else None) for name in ("exclusive", "mig-mixed", "mig-single")}
+        values["defaultConfig"] = "exclusive" if "exclusive" in used else sorted(used)[0]
     elif key == "mps":
         configs: dict[str, Any] = {}
         for p in pools:

@@ -29,6 +29,20 @@ def test_labels_per_mode():
     assert "nvidia.com/mig.config" not in host_owned
 
 
+def test_operator_input_labels():
+    # NFD's NVIDIA PCI label keeps the GPU Operator's gpu.present and gpu.deploy.* labels on every pool node.
+    for settings in (s(mode="mps"), s(mode="vgpu"), s(mode="pgpu"), s(mode="pgpu", vfio_passthrough=True)):
+        assert ap.node_labels(settings)["feature.node.kubernetes.io/pci-10de.present"] == "true"
+    # kube-accel's charts own the device plugin everywhere; VM passthrough nodes get no operator operand at all.
+    assert ap.node_labels(s(mode="pgpu"))["nvidia.com/gpu.deploy.device-plugin"] == "false"
+    vfio = ap.node_labels(s(mode="pgpu", vfio_passthrough=True))
+    assert vfio["nvidia.com/gpu.deploy.operands"] == "false" and "nvidia.com/gpu.deploy.device-plugin" not in vfio
+    mig = ap.node_labels(s(mode="pgpu", mig_strategy="mixed", mig_geometry={"7g.80gb": 1}))
+    assert mig["nvidia.com/mig.capable"] == "true"
+    host_owned = ap.node_labels(s(mode="pgpu", mig_strategy="single", mig_owner="host", mig_geometry={"1g.10gb": 7}))
+    assert "nvidia.com/mig.capable" not in host_owned
+
+
 def test_every_label_set_is_managed():
     for settings in (s(mode="mps"), s(mode="vgpu"), s(mode="pgpu", mig_strategy="mixed", mig_geometry={"7g.80gb": 1})):
         assert set(ap.node_labels(settings)) <= ap.managed_label_keys()

@@ -439,13 +439,18 @@ def test_node_labels_and_the_operator_agree(settings):
         assert after_operator[up["mig_config"][0]] == accel_pools.mig_config_name(settings)
 
 
-def test_node_labels_are_ours_to_remove():
-    """Every label kube-accel sets is one it removes when it no longer applies, and none is the operator's output
-    (gpu.deploy.* other than the inputs the operator honours)."""
+def test_operator_outputs_kube_accel_also_writes_carry_the_operators_value():
+    """A gpu.deploy.* label the operator writes and kube-accel manages (other than device-plugin=false, an input
+    the operator honours) must carry the operator's own value wherever kube-accel sets it, or the two alternate."""
     up = operator_labels()
-    outputs = (set(up["container_state"]) | {up["mig_manager"][0]}) - {accel_constants.UPSTREAM_LABELS[
+    outputs = {**up["container_state"], up["mig_manager"][0]: up["mig_manager"][1]}
+    shared = (set(outputs) & accel_pools.managed_label_keys()) - {accel_constants.UPSTREAM_LABELS[
         "deploy_device_plugin"]}
-    assert not outputs & accel_pools.managed_label_keys()
+    for param in pool_cases():
+        (settings,) = param.values
+        labels = accel_pools.node_labels(settings)
+        for key in shared & set(labels):
+            assert labels[key] == outputs[key], (param.id, key)
 
 
 # --- Pod Security and the cluster play --------------------------------------------------------------------------------

@@ -345,8 +345,9 @@ def example_layouts(model: MigModel, limit: int = 4) -> list[str]:
 
 def mig_config_name(geometry: dict) -> str:
     """The mig-parted config (and ``nvidia.com/mig.config`` label value) for a geometry, readable and stable:
-    ``{"3g.40gb": 1, "1g.10gb": 2}`` -> ``kube-accel-1g.10gb-2.3g.40gb-1``; pools with one layout share it."""
-    parts = [f"{profile}-{int(count)}" for profile, count in sorted(geometry.items())]
+    ``{"3g.40gb": 1, "1g.10gb": 2}`` -> ``kube-accel-1g.10gb-2.3g.40gb-1``; pools with one layout share it.
+    A label value has no "+": ``1g.10gb+me`` is written ``1g.10gb.me``, as the operator's ``all-1g.10gb.me``."""
+    parts = [f"{profile.replace('+', '.')}-{int(count)}" for profile, count in sorted(geometry.items())]
     return "kube-accel-" + ".".join(parts) if parts else "all-disabled"
 
 

@@ -209,3 +209,8 @@ def test_driver_minimums_for_mig():
     assert mig.driver_problems(a100_40, {"1g.5gb": 7}, driver_branch=470) == []
     assert mig.driver_problems("0x1EB810DE", {"1g.10gb": 1}, driver_branch=470) == []  # not MIG: reported elsewhere
     assert set(mig.MIN_DRIVER) == set(mig.MODELS)
+
+
+def test_config_name_of_a_plus_me_profile_is_a_label_value():
+    # "+" is not allowed in a label value (nvidia.com/mig.config); the operator writes it "." (all-1g.10gb.me).
+    assert mig.mig_config_name({"1g.10gb+me": 1, "3g.40gb": 1}) == "kube-accel-1g.10gb.me-1.3g.40gb-1"

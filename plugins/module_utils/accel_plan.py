@@ -27,8 +27,10 @@ from ansible.module_utils.accel_inventory import RUNTIME_FACTS, VARIABLES, did_y
 from ansible.module_utils.accel_mig import MODELS, driver_problems, geometry_problems
 
 MPS_MIN_REPLICAS = 2
-MPS_MAX_REPLICAS = 48  # client CUDA contexts per device on Volta and newer (MPS docs)
-MPS_MIN_COMPUTE_CAPABILITY = (7, 0)  # Volta: isolated client address spaces, 48 clients
+# MPS client CUDA contexts per GPU by compute capability, newest first: 48 from 7.5, 16 on Volta (issue 14.12).
+MPS_MAX_CLIENTS_BY_CC = (((7, 5), 48), ((7, 0), 16))
+MPS_MAX_REPLICAS = MPS_MAX_CLIENTS_BY_CC[0][1]
+MPS_MIN_COMPUTE_CAPABILITY = MPS_MAX_CLIENTS_BY_CC[-1][0]  # Volta: isolated client address spaces
 GPU_MANAGER_MAX_CUDA_MAJOR = 11  # GPU-Manager's vcuda library intercepts the CUDA 11 driver API only
 CUDA12_FIRST_DRIVER_BRANCH = 525  # R525 is the first branch shipping a CUDA 12.0 driver
 MIN_KUBERNETES_NUMA = (1, 25)
@@ -188,17 +190,27 @@ def rule_mig_exclusive(ctx: Context) -> list[str]:
     return problems
 
 
+def mps_max_clients(compute_capability: tuple[int, int]) -> int | None:
+    """MPS clients one GPU of this compute capability serves; None below Volta (kube-accel refuses MPS there)."""
+    for minimum, clients in MPS_MAX_CLIENTS_BY_CC:
+        if compute_capability >= minimum:
+            return clients
+    return None
+
+
 def rule_mps(ctx: Context) -> list[str]:
     if ctx.get("accel_mode") != "mps":
         return []
     problems = []
     raw = ctx.get("accel_mps_replicas", _UNSET)
     replicas = _as_int(raw)
-    if replicas is None or not MPS_MIN_REPLICAS <= replicas <= MPS_MAX_REPLICAS:
+    in_range = replicas is not None and MPS_MIN_REPLICAS <= replicas <= MPS_MAX_REPLICAS
+    if not in_range:
         what = "required with accel_mode mps" if raw is _UNSET else "out of range"
         problems.append(ctx.problem("accel_mps_replicas", raw, what,
                                     f"an integer {MPS_MIN_REPLICAS}..{MPS_MAX_REPLICAS} "
-                                    f"(MPS clients per GPU on Volta and newer)"))
+                                    f"(MPS clients per GPU; fewer on Volta)"))
+    seen = set()
     for gpu in ctx.gpus:
         cc = _version_tuple(gpu.get("compute_capability", ""))
         if cc is not None and cc < MPS_MIN_COMPUTE_CAPABILITY:
@@ -206,6 +218,14 @@ def rule_mps(ctx: Context) -> list[str]:
                 "accel_mode", "mps",
                 f"{_gpu_label(gpu)} has compute capability {gpu.get('compute_capability')} (pre-Volta)",
                 "mps on compute capability 7.0 (Volta) or newer; use pgpu or vgpu on older GPUs"))
+            continue
+        limit = mps_max_clients(cc) if cc is not None else None
+        if in_range and limit is not None and replicas > limit and (gpu.get("name"), cc) not in seen:
+            seen.add((gpu.get("name"), cc))
+            problems.append(ctx.problem(
+                "accel_mps_replicas", raw,
+                f"{_gpu_label(gpu)} (compute capability {gpu.get('compute_capability')}) serves at most {limit} "
+                f"MPS clients", f"an integer {MPS_MIN_REPLICAS}..{limit} on this GPU"))
     return problems
 
 

@@ -8,6 +8,8 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from typing import Any
 
+from ansible.module_utils.accel_constants import MIG_PAUSED_VALUE
+
 # Node patches in flight at once: enough to hide the round trip at 1,000 nodes, few enough not to crowd the API
 # server's priority-and-fairness queue for one client.
 PATCH_WORKERS = 16
@@ -33,6 +35,9 @@ def node_patch(
     """
     labels: dict[str, str | None] = {}
     for key, value in desired_labels.items():
+        # mig-manager owns a deploy label while it reconfigures MIG; it sets "true" back itself.
+        if value == "true" and current_labels.get(key) == MIG_PAUSED_VALUE:
+            continue
         if current_labels.get(key) != value:
             labels[key] = value
     for key in sorted(managed_keys):

@@ -56,10 +56,11 @@ def test_default_release(helm):
     assert ctr["securityContext"] == {"privileged": True}
     assert mounts(ctr) == {"/mps": "mps-root", "/dev/shm": "mps-shm", "/config": "config"}
     assert host_paths(spec) == {"mps-root": "/run/nvidia/mps", "mps-shm": "/run/nvidia/mps/shm"}
-    assert env(container(daemon_ds, "config-manager"))["PROCESS_TO_SIGNAL"] == "/usr/bin/mps-control-daemon"
+    # config-manager matches /proc/PID/cmdline[0], i.e. the command as written (cmd/config-manager/main.go:459).
+    assert env(container(daemon_ds, "config-manager"))["PROCESS_TO_SIGNAL"] == "mps-control-daemon"
     assert env(container(daemon_ds, "config-manager"))["NODE_LABEL"] == "nvidia.com/device-plugin.config"
 
-    assert rules(one(objs, "ClusterRole", "kube-accel-mps")) == {("", "nodes"): {"get", "list", "watch"}}
+    assert rules(one(objs, "ClusterRole", "kube-accel-mps")) == {("", "nodes"): {"list", "watch"}}
     job = one(objs, "Job", "-test")
     assert container(job, "nvidia-smi")["resources"]["limits"]["nvidia.com/gpu"] == 1
 

@@ -43,6 +43,9 @@ def test_default_release(helm):
     # Only GFD / passthrough are optional.
     names = {o["metadata"]["name"] for o in objs if o["kind"] == "DaemonSet"}
     assert names == {"kube-accel-pgpu-device-plugin"}
+    # The NVIDIA runtime by RuntimeClass; mig-manager's pause label (tests/conformance has the upstream evidence).
+    assert spec["runtimeClassName"] == accel_constants.RUNTIME_CLASS
+    assert spec["nodeSelector"] == {accel_constants.UPSTREAM_LABELS["deploy_client"]: "true"}
 
     configs = one(objs, "ConfigMap", "-configs")["data"]
     assert set(configs) == {"exclusive", "mig-mixed", "mig-single"}
@@ -55,7 +58,8 @@ def test_default_release(helm):
         assert cfg["flags"]["plugin"]["deviceListStrategy"] == ["envvar"]
 
     role = one(objs, "ClusterRole", "kube-accel-pgpu")
-    assert rules(role) == {("", "nodes"): {"get", "list", "watch"}}
+    # config-manager is an informer: list + watch (upstream cmd/config-manager/main.go:258-292).
+    assert rules(role) == {("", "nodes"): {"list", "watch"}}
 
     job = one(objs, "Job", "-test")
     assert job["metadata"]["annotations"]["helm.sh/hook"] == "test"

@@ -30,6 +30,21 @@
 {{- if $need }}true{{ end -}}
 {{- end -}}
 
+{{/*
+Pod fields of the GPU agents: the NVIDIA runtime by RuntimeClass (GFD loads NVML from what the runtime injects), and
+the node label the GPU Operator's mig-manager pauses during a MIG change: it waits for DaemonSet pods whose
+nodeSelector has that key (mig-parted v0.15.0 pkg/mig/reconfigure/reconfigure.go:648-672).
+*/}}
+{{- define "pgpu.runtimeAndClientSelector" -}}
+{{- with .Values.runtimeClassName }}
+runtimeClassName: {{ . | quote }}
+{{- end }}
+{{- with .Values.gpuClientLabel }}
+nodeSelector:
+  {{ . }}: "true"
+{{- end }}
+{{- end -}}
+
 {{/* The device plugin's v1 config file for one named config. Call with (dict "root" $ "config" $c). */}}
 {{- define "pgpu.pluginConfig" -}}
 version: v1

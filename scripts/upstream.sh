@@ -28,7 +28,7 @@ ARCHIVES=(
   "mig-parted-v0.15.0|https://github.com/NVIDIA/mig-parted|v0.15.0|./cmd/nvidia-mig-parted=nvidia-mig-parted"
   "hami-v2.10.0|https://github.com/Project-HAMi/HAMi|v2.10.0|./cmd/scheduler=hami-scheduler"
   "gpu-operator-v26.7.0|https://github.com/NVIDIA/gpu-operator|v26.7.0|"
-  "gpu-admission-47d56ae|https://github.com/tkestack/gpu-admission|47d56ae99ef7f24f2c9c4d33d17567e2e52f3ba2|"
+  "gpu-admission-47d56ae|https://github.com/tkestack/gpu-admission|47d56ae99ef7f24f2c9c4d33d17567e2e52f3ba2|.=gpu-admission"
   "gpu-manager-v1.1.5|https://github.com/tkestack/gpu-manager|v1.1.5|"
   "dcgm-exporter-4.5.3-4.8.2|https://github.com/NVIDIA/dcgm-exporter|4.5.3-4.8.2|"
 )

@@ -21,7 +21,8 @@ def test_image_list(helm):
         "nvcr.io/nvidia/k8s-device-plugin:v0.20.0",
         "nvcr.io/nvidia/kubevirt-gpu-device-plugin:v1.6.0",
         "docker.io/projecthami/hami:v2.10.0",
-        "docker.io/liangjw/kube-webhook-certgen:v1.1.1",
+        "registry.k8s.io/ingress-nginx/kube-webhook-certgen"
+        "@sha256:01038e7de14b78d702d2849c3aad72fd25903c4765af63cf16aa3398f5d5f2dd",
         "docker.io/tkestack/gpu-manager:v1.1.5",
         "docker.io/tkestack/gpu-quota-admission:v1.0.0",
         "registry.k8s.io/kube-scheduler:v1.36.2",

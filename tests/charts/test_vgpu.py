@@ -98,12 +98,13 @@ def test_hami_release(helm):
     assert "--webhook-name=kube-accel-vgpu-hami-webhook" in patch
 
     # RBAC: every permission is named; the certgen ClusterRole only touches this release's webhook.
+    # (tests/conformance/test_hami.py ties each verb to the upstream call that needs it.)
     assert rules(one(objs, "ClusterRole", "kube-accel-vgpu-hami-scheduler-extender")) == {
-        ("", "pods"): {"get", "list", "watch", "update", "patch"},
-        ("", "nodes"): {"get", "list", "watch", "update", "patch"},
+        ("", "pods"): {"get", "list", "watch", "patch"},
+        ("", "nodes"): {"get", "list", "watch", "patch"},
+        ("", "resourcequotas"): {"list", "watch"},
         ("", "pods/binding"): {"create"},
         ("", "events"): {"create", "patch"},
-        ("events.k8s.io", "events"): {"create", "patch"},
     }
     certgen = one(objs, "ClusterRole", "kube-accel-vgpu-hami-certgen")
     assert certgen["rules"][0]["resourceNames"] == ["kube-accel-vgpu-hami-webhook"]
@@ -186,17 +187,20 @@ def test_gpu_manager_release(helm):
         accel_constants.RESOURCES["vgpu_memory_gpu_manager"],
     ]
     adm = one(objs, "Deployment", "-gpu-admission")
+    assert container(adm, "gpu-admission")["command"] == ["/usr/bin/gpu-admission"]
     assert "--address=0.0.0.0:3456" in container(adm, "gpu-admission")["args"]
     svc = one(objs, "Service", "kube-accel-vgpu-gpu-manager-gpu-admission")
     assert svc["spec"]["ports"][0]["port"] == 3456
 
+    # (tests/conformance/test_gpu_manager.py ties each verb to the upstream call that needs it.)
     assert rules(one(objs, "ClusterRole", "kube-accel-vgpu-gpu-manager-gpu-manager")) == {
-        ("", "nodes"): {"get", "list", "watch", "update", "patch"},
-        ("", "pods"): {"get", "list", "watch", "update", "patch"},
+        ("", "nodes"): {"get", "update"},
+        ("", "pods"): {"get", "list", "watch", "patch", "delete"},
+        ("", "pods/status"): {"update"},
     }
     assert rules(one(objs, "ClusterRole", "kube-accel-vgpu-gpu-manager-gpu-admission")) == {
-        ("", "pods"): {"get", "list", "watch", "update", "patch"},
-        ("", "nodes"): {"get", "list", "watch"},
+        ("", "pods"): {"list", "watch", "patch"},
+        ("", "nodes"): {"list", "watch"},
     }
     job = one(objs, "Job", "-test")
     assert pod_spec(job)["schedulerName"] == "gpu-manager-scheduler"

@@ -147,7 +147,40 @@ subjects:
     - {name: scheduler-certs, mountPath: /var/run/kube-scheduler}
 {{- end -}}
 
-{{/* Ports that accept traffic from metricsFrom peers (or anyone when empty). */}}
-{{- define "vgpu.metricsPeers" -}}
-{{- toYaml .Values.metricsFrom -}}
+{{/*
+Ingress-only NetworkPolicy with one rule per entry of .rules: {ports: [..], from: [peers], open: bool}.
+A rule with no peers and open=false admits nobody (the port stays closed to the pod network); open=true with no
+peers admits any source (metricsFrom: [] keeps metrics open, as documented). Egress stays open (the API
+server's address is not portable).
+*/}}
+{{- define "vgpu.networkPolicy" -}}
+apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata:
+  name: {{ include "ka.componentName" (dict "root" .root "component" .component) }}
+  namespace: {{ .root.Release.Namespace }}
+  labels:
+    {{- include "ka.labels" (dict "root" .root "component" .component) | nindent 4 }}
+spec:
+  podSelector:
+    matchLabels:
+      {{- include "ka.selectorLabels" (dict "root" .root "component" .component) | nindent 6 }}
+  policyTypes: [Ingress]
+  {{- $rules := list }}
+  {{- range .rules }}{{ if or .from .open }}{{ $rules = append $rules . }}{{ end }}{{ end }}
+  {{- if $rules }}
+  ingress:
+    {{- range $rules }}
+    - ports:
+        {{- range .ports }}
+        - {protocol: TCP, port: {{ . }}}
+        {{- end }}
+      {{- with .from }}
+      from:
+        {{- toYaml . | nindent 8 }}
+      {{- end }}
+    {{- end }}
+  {{- else }}
+  ingress: []
+  {{- end }}
 {{- end -}}

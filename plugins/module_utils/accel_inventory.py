@@ -59,7 +59,7 @@ VARIABLES: dict[str, dict] = {
     "accel_vgpu_core_scaling": _var("pool", "float", "HAMi: core oversubscription factor."),
     "accel_vgpu_scheduler_policy": _var("pool", "str", "HAMi GPU scheduling policy.",
                                         choices=["binpack", "spread"]),
-    "accel_mps_replicas": _var("pool", "int", "MPS: clients per GPU (2..48; at most 16 on Volta)."),
+    "accel_mps_replicas": _var("pool", "int", "MPS: clients per GPU (2..48, Volta or newer)."),
     "accel_mig_strategy": _var("pool", "str", "Device plugin MIG strategy (mode pgpu only).",
                                choices=["none", "single", "mixed"]),
     "accel_mig_owner": _var("pool", "str", "Who applies the MIG geometry: the GPU Operator's mig-manager or the "

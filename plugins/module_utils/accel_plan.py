@@ -27,8 +27,10 @@ from ansible.module_utils.accel_inventory import RUNTIME_FACTS, VARIABLES, did_y
 from ansible.module_utils.accel_mig import MODELS, driver_problems, geometry_problems
 
 MPS_MIN_REPLICAS = 2
-# MPS client CUDA contexts per GPU by compute capability, newest first: 48 from 7.5, 16 on Volta (issue 14.12).
-MPS_MAX_CLIENTS_BY_CC = (((7, 5), 48), ((7, 0), 16))
+# MPS client CUDA contexts per GPU by compute capability, newest first. NVIDIA's nvidia-cuda-mps-control(1): "For
+# compute capability SM 3.5 through SM 6.0 the limit is 16 clients per GPU at a time. Compute capability SM 7.0 has a
+# limit of 48." Pre-Volta GPUs are refused for MPS altogether, so the Volta row is the only one kube-accel serves.
+MPS_MAX_CLIENTS_BY_CC = (((7, 0), 48),)
 MPS_MAX_REPLICAS = MPS_MAX_CLIENTS_BY_CC[0][1]
 MPS_MIN_COMPUTE_CAPABILITY = MPS_MAX_CLIENTS_BY_CC[-1][0]  # Volta: isolated client address spaces
 GPU_MANAGER_MAX_CUDA_MAJOR = 11  # GPU-Manager's vcuda library intercepts the CUDA 11 driver API only
@@ -209,7 +211,7 @@ def rule_mps(ctx: Context) -> list[str]:
         what = "required with accel_mode mps" if raw is _UNSET else "out of range"
         problems.append(ctx.problem("accel_mps_replicas", raw, what,
                                     f"an integer {MPS_MIN_REPLICAS}..{MPS_MAX_REPLICAS} "
-                                    f"(MPS clients per GPU; fewer on Volta)"))
+                                    f"(MPS clients per GPU)"))
     seen = set()
     for gpu in ctx.gpus:
         cc = _version_tuple(gpu.get("compute_capability", ""))

@@ -35,7 +35,7 @@ EXPECTED = {
         "none)",
         "accel_mig_strategy = 'mixed': a MIG plan on a pool with accel_mode mps; allowed: accel_mode pgpu for MIG; "
         "vgpu and mps need GPUs with MIG disabled (no accel_mig_geometry, accel_mig_strategy none)",
-        "accel_mps_replicas = 64: out of range; allowed: an integer 2..48 (MPS clients per GPU; fewer on Volta)",
+        "accel_mps_replicas = 64: out of range; allowed: an integer 2..48 (MPS clients per GPU)",
     ],
     "bad-mig-0": [
         "accel_mig_geometry = 4g.40gbx1 + 3g.40gbx1 + 1g.10gbx1: no legal placement on A100-80GB on GPU 0 (NVIDIA "

@@ -133,8 +133,7 @@ def test_rule_mps_replicas_in_range(replicas):
 @pytest.mark.parametrize("replicas", [1, 0, 49, 64, -2, "many", 2.5, True])
 def test_rule_mps_replicas_out_of_range(replicas):
     assert check(pool(mode="mps", mps_replicas=replicas), gpus("a30")) == [
-        f"gpu-01: accel_mps_replicas = {replicas!r}: out of range; allowed: an integer 2..48 (MPS clients per GPU; "
-        "fewer on Volta)"]
+        f"gpu-01: accel_mps_replicas = {replicas!r}: out of range; allowed: an integer 2..48 (MPS clients per GPU)"]
 
 
 def test_rule_mps_replicas_required():
@@ -153,16 +152,15 @@ def test_rule_mps_refused_before_volta():
 
 
 def test_rule_mps_clients_limited_by_compute_capability():
-    # The MPS daemon serves 48 clients from compute capability 7.5, 16 on Volta (7.0): one table, MPS_MAX_CLIENTS_BY_CC.
+    # nvidia-cuda-mps-control(1): 16 clients per GPU on SM 3.5-6.0, 48 on SM 7.0 (Volta); one table in accel_plan.
     volta = copy.deepcopy(gpus("t4"))
     volta["gpus"][0].update(name="Tesla V100-PCIE-16GB", compute_capability="7.0")
-    assert check(pool(mode="mps", mps_replicas=16), volta) == []
-    assert check(pool(mode="mps", mps_replicas=17), volta) == [
-        "gpu-01: accel_mps_replicas = 17: GPU 0 (Tesla V100-PCIE-16GB) (compute capability 7.0) serves at most 16 "
-        "MPS clients; allowed: an integer 2..16 on this GPU"]
+    assert check(pool(mode="mps", mps_replicas=48), volta) == []
     assert check(pool(mode="mps", mps_replicas=48), gpus("t4")) == []  # Turing, 7.5
-    assert plan.mps_max_clients((9, 0)) == plan.MPS_MAX_REPLICAS == 48
+    assert plan.mps_max_clients((7, 0)) == plan.mps_max_clients((9, 0)) == plan.MPS_MAX_REPLICAS == 48
     assert plan.mps_max_clients((6, 1)) is None
+    assert check(pool(mode="mps", mps_replicas=49), volta) == [
+        "gpu-01: accel_mps_replicas = 49: out of range; allowed: an integer 2..48 (MPS clients per GPU)"]
 
 
 def test_rule_mig_geometry_legal_for_the_gpu_model():
@@ -299,8 +297,7 @@ def test_filter_accel_plan_problems():
     problems = filters["accel_plan_problems"](pool(mode="mps", mps_replicas=1), HOST, gpus("a30"), export,
                                                ["value of accel_iommu must be a bool"])
     assert problems == [
-        "gpu-01: accel_mps_replicas = 1: out of range; allowed: an integer 2..48 (MPS clients per GPU; fewer on "
-        "Volta)",
+        "gpu-01: accel_mps_replicas = 1: out of range; allowed: an integer 2..48 (MPS clients per GPU)",
         "gpu-01: value of accel_iommu must be a bool"]
     assert filters["accel_vcuda_core_problems"](150)
     assert filters["accel_pool_memberships"](export, HOST)[0]["group"] == "pool_m"

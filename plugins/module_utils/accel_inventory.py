@@ -90,6 +90,9 @@ VARIABLES: dict[str, dict] = {
                           "pretends to have."),
     "accel_nvml_snapshot": _var("lab", "path", "Path of an NVML snapshot JSON used instead of real NVML "
                                 "(GPU-less lab and test hosts)."),
+    "accel_lab_host_runtime": _var("lab", "dict", "Stand-in for the host's cgroup_version and containerd_version, "
+                                   "read instead of the host (lab containers share the lab machine's cgroup v2 and "
+                                   "run no containerd)."),
 }
 
 # Facts kube-accel's roles set at run time under the accel_ prefix: not inventory settings, never typos.

@@ -33,7 +33,18 @@ MPS_MIN_REPLICAS = 2
 MPS_MAX_CLIENTS_BY_CC = (((7, 0), 48),)
 MPS_MAX_REPLICAS = MPS_MAX_CLIENTS_BY_CC[0][1]
 MPS_MIN_COMPUTE_CAPABILITY = MPS_MAX_CLIENTS_BY_CC[-1][0]  # Volta: isolated client address spaces
+# Time-slicing replicas per GPU. The plugin needs at least 2 (k8s-device-plugin v0.20.0 api/config/v1/replicas.go:251)
+# and sets no maximum; every replica is one more pod whose CUDA context (a few hundred MiB) shares the GPU's memory
+# without isolation, so kube-accel stops at 64, beyond which a pod's turn and memory share stop being useful.
+TIMESLICE_MIN_REPLICAS = 2
+TIMESLICE_MAX_REPLICAS = 64
+TIMESLICE_VARIABLES = ("accel_timeslice_replicas", "accel_timeslice_rename_by_default",
+                       "accel_timeslice_fail_requests_greater_than_one")
 GPU_MANAGER_MAX_CUDA_MAJOR = 11  # GPU-Manager's vcuda library intercepts the CUDA 11 driver API only
+# gpu-manager v1.1.5 talks CRI v1alpha2 only (pkg/runtime/runtime.go:15), which containerd 2.0 removed, and finds
+# container processes under the cgroup v1 memory hierarchy only (pkg/types/types.go:55, /sys/fs/cgroup/memory).
+GPU_MANAGER_MAX_CONTAINERD_MAJOR = 1
+GPU_MANAGER_CGROUP_VERSION = 1
 CUDA12_FIRST_DRIVER_BRANCH = 525  # R525 is the first branch shipping a CUDA 12.0 driver
 MIN_KUBERNETES_NUMA = (1, 25)
 PCI_ID_RE = re.compile(r"^[0-9a-fA-F]{4}:[0-9a-fA-F]{4}$")
@@ -137,6 +148,18 @@ def rule_vgpu_backend(ctx: Context) -> list[str]:
             "accel_vgpu_backend", backend,
             f"GPU-Manager does not support the CUDA {ctx.facts.get('cuda_driver_version')} driver "
             f"(driver {ctx.facts.get('driver_version')}) on this host", allowed))
+    runtime = (ctx.facts or {}).get("host_runtime") or {}
+    if runtime.get("cgroup_version") not in (None, GPU_MANAGER_CGROUP_VERSION):
+        problems.append(ctx.problem(
+            "accel_vgpu_backend", backend,
+            f"the host runs cgroup v{runtime['cgroup_version']}; GPU-Manager v1.1.5 reads cgroup v1 paths only",
+            "hami on cgroup v2 hosts; gpu-manager only on cgroup v1 hosts"))
+    containerd = _version_tuple(runtime.get("containerd_version") or "")
+    if containerd is not None and containerd[0] > GPU_MANAGER_MAX_CONTAINERD_MAJOR:
+        problems.append(ctx.problem(
+            "accel_vgpu_backend", backend,
+            f"the host runs containerd {runtime['containerd_version']}, which no longer serves CRI v1alpha2, the "
+            "only CRI GPU-Manager v1.1.5 speaks", "hami with containerd 2; gpu-manager only with containerd 1.x"))
     branch = _driver_branch(ctx.get("accel_driver_branch"))
     if branch is not None and branch >= CUDA12_FIRST_DRIVER_BRANCH:
         problems.append(ctx.problem(

@@ -25,6 +25,10 @@ EXPECTED = {
         "accel_vgpu_backend = 'gpu-manager': GPU-Manager does not support the CUDA 12.4 driver (driver 550.54.15) on "
         "this host; allowed: hami for CUDA 12 and newer drivers; gpu-manager only with a CUDA 11.x driver (branch 520 "
         "or older)",
+        # The host is this machine (local connection): its real cgroup hierarchy and containerd are read.
+        *(["accel_vgpu_backend = 'gpu-manager': the host runs cgroup v2; GPU-Manager v1.1.5 reads cgroup v1 paths "
+           "only; allowed: hami on cgroup v2 hosts; gpu-manager only on cgroup v1 hosts"]
+          if Path("/sys/fs/cgroup/cgroup.controllers").exists() else []),
         "accel_driver_branch = '550': with accel_vgpu_backend 'gpu-manager' the planned driver branch ships a CUDA 12+ "
         "driver, which GPU-Manager does not support; allowed: hami for CUDA 12 and newer drivers; gpu-manager only "
         "with a CUDA 11.x driver (branch 520 or older)",

@@ -98,6 +98,26 @@ def test_rule_gpu_manager_refused_on_cuda_12():
     assert check(pool(mode="vgpu", vgpu_backend="hami", driver_branch="550"), gpus("h100-80gb")) == []
 
 
+def test_rule_gpu_manager_refused_on_cgroup_v2_and_containerd_2():
+    # Issue 14.5: gpu-manager v1.1.5 speaks CRI v1alpha2 only and reads the cgroup v1 memory hierarchy.
+    settings = pool(mode="vgpu", vgpu_backend="gpu-manager", driver_branch="470")
+    t4 = gpus("t4")
+    v1_host = {**t4, "host_runtime": {"cgroup_version": 1, "containerd_version": "1.7.24"}}
+    assert check(settings, v1_host) == []
+    unknown = {**t4, "host_runtime": {"cgroup_version": None, "containerd_version": None}}
+    assert check(settings, unknown) == []  # nothing read (no containerd yet): nothing refused
+    modern = {**t4, "host_runtime": {"cgroup_version": 2, "containerd_version": "2.1.4"}}
+    assert check(settings, modern) == [
+        "gpu-01: accel_vgpu_backend = 'gpu-manager': the host runs cgroup v2; GPU-Manager v1.1.5 reads cgroup v1 "
+        "paths only; allowed: hami on cgroup v2 hosts; gpu-manager only on cgroup v1 hosts",
+        "gpu-01: accel_vgpu_backend = 'gpu-manager': the host runs containerd 2.1.4, which no longer serves CRI "
+        "v1alpha2, the only CRI GPU-Manager v1.1.5 speaks; allowed: hami with containerd 2; gpu-manager only with "
+        "containerd 1.x"]
+    # The same host is fine for HAMi.
+    assert check(pool(mode="vgpu", vgpu_backend="hami", driver_branch="550"),
+                 {**gpus("h100-80gb"), "host_runtime": modern["host_runtime"]}) == []
+
+
 def test_rule_vgpu_backend_required():
     assert check(pool(mode="vgpu")) == [
         "gpu-01: accel_vgpu_backend = (not set): required with accel_mode vgpu; allowed: hami, gpu-manager"]

@@ -7,7 +7,7 @@ from __future__ import annotations
 # Every node label kube-accel sets lives under this prefix (charts receive it through values).
 LABEL_PREFIX = "kube-accel.io"
 
-MODES = ("vgpu", "pgpu", "mps")
+MODES = ("vgpu", "pgpu", "mps", "timeslice")
 VGPU_BACKENDS = ("hami", "gpu-manager")
 
 # Product labels, by short name.
@@ -46,6 +46,10 @@ RUNTIME_CLASS = "nvidia"
 RESOURCES = {
     "pgpu": "nvidia.com/gpu",
     "mps": "nvidia.com/gpu",
+    # Time-slicing with renameByDefault: the plugin appends ".shared" (k8s-device-plugin v0.20.0
+    # api/config/v1/consts.go:26, resources.go:89); without it the replicas count as nvidia.com/gpu.
+    "timeslice": "nvidia.com/gpu",
+    "timeslice_shared": "nvidia.com/gpu.shared",
     "vgpu_core_gpu_manager": "tencent.com/vcuda-core",
     "vgpu_memory_gpu_manager": "tencent.com/vcuda-memory",
     "vgpu_hami": "nvidia.com/gpu",

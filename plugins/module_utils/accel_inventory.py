@@ -60,6 +60,14 @@ VARIABLES: dict[str, dict] = {
     "accel_vgpu_scheduler_policy": _var("pool", "str", "HAMi GPU scheduling policy.",
                                         choices=["binpack", "spread"]),
     "accel_mps_replicas": _var("pool", "int", "MPS: clients per GPU (2..48, Volta or newer)."),
+    "accel_timeslice_replicas": _var("pool", "int", "Time-slicing: pods sharing each GPU in turns (2..64; mode "
+                                     "timeslice)."),
+    "accel_timeslice_rename_by_default": _var("pool", "bool", "Time-slicing: advertise the replicas as "
+                                              "nvidia.com/gpu.shared (true, default) rather than nvidia.com/gpu."),
+    "accel_timeslice_fail_requests_greater_than_one": _var("pool", "bool", "Time-slicing: refuse pods asking for "
+                                                           "more than one replica (true, default: one GPU per pod "
+                                                           "in turns); false lets a pod take several "
+                                                           "(oversubscription)."),
     "accel_mig_strategy": _var("pool", "str", "Device plugin MIG strategy (mode pgpu only).",
                                choices=["none", "single", "mixed"]),
     "accel_mig_owner": _var("pool", "str", "Who applies the MIG geometry: the GPU Operator's mig-manager or the "

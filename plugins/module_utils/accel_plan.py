@@ -84,6 +84,9 @@ def _as_int(value):
     return None
 
 
+_BOOL_WORDS = ("true", "false", "yes", "no", "on", "off", "1", "0")
+
+
 def _as_bool(value) -> bool:
     if isinstance(value, str):
         return value.strip().lower() in ("true", "yes", "1", "on")
@@ -195,9 +198,9 @@ def rule_hami_settings(ctx: Context) -> list[str]:
 
 def rule_mig_exclusive(ctx: Context) -> list[str]:
     mode = ctx.get("accel_mode")
-    if mode not in ("vgpu", "mps"):
+    if mode not in ("vgpu", "mps", "timeslice"):
         return []
-    allowed = ("accel_mode pgpu for MIG; vgpu and mps need GPUs with MIG disabled "
+    allowed = ("accel_mode pgpu for MIG; vgpu, mps and timeslice need GPUs with MIG disabled "
                "(no accel_mig_geometry, accel_mig_strategy none)")
     problems = []
     for gpu in ctx.gpus:
@@ -251,6 +254,33 @@ def rule_mps(ctx: Context) -> list[str]:
                 "accel_mps_replicas", raw,
                 f"{_gpu_label(gpu)} (compute capability {gpu.get('compute_capability')}) serves at most {limit} "
                 f"MPS clients", f"an integer {MPS_MIN_REPLICAS}..{limit} on this GPU"))
+    return problems
+
+
+def rule_timeslice(ctx: Context) -> list[str]:
+    """Time-slicing settings belong to mode timeslice only (one sharing mechanism per GPU: not with MPS, whose
+    daemon owns the GPU, nor on a pgpu pool); replicas in range; the two switches are booleans."""
+    mode = ctx.get("accel_mode")
+    problems = []
+    if mode != "timeslice":
+        for name in TIMESLICE_VARIABLES:
+            if name in ctx.settings:
+                problems.append(ctx.problem(
+                    name, ctx.get(name), f"a time-slicing setting on a pool with accel_mode {mode}",
+                    "accel_timeslice_* only with accel_mode timeslice (one sharing mechanism per GPU: "
+                    "time-slicing is never combined with MPS or MIG)"))
+        return problems
+    raw = ctx.get("accel_timeslice_replicas", _UNSET)
+    replicas = _as_int(raw)
+    if replicas is None or not TIMESLICE_MIN_REPLICAS <= replicas <= TIMESLICE_MAX_REPLICAS:
+        what = "required with accel_mode timeslice" if raw is _UNSET else "out of range"
+        problems.append(ctx.problem("accel_timeslice_replicas", raw, what,
+                                    f"an integer {TIMESLICE_MIN_REPLICAS}..{TIMESLICE_MAX_REPLICAS} "
+                                    f"(pods sharing one GPU in turns)"))
+    for name in TIMESLICE_VARIABLES[1:]:
+        value = ctx.get(name)
+        if name in ctx.settings and not (isinstance(value, bool) or str(value).strip().lower() in _BOOL_WORDS):
+            problems.append(ctx.problem(name, ctx.get(name), "not a boolean", "true or false"))
     return problems
 
 
@@ -392,6 +422,7 @@ RULES = (
     rule_hami_settings,
     rule_mig_exclusive,
     rule_mps,
+    rule_timeslice,
     rule_mig_geometry,
     rule_mig_owner,
     rule_sriov,

@@ -32,11 +32,34 @@ def mig_enabled(settings: dict[str, Any]) -> bool:
     return bool(settings.get("mig_geometry")) and settings.get("mig_strategy", "none") != "none"
 
 
+def _flag(settings: dict[str, Any], name: str, default: bool) -> bool:
+    value = settings.get(name, default)
+    if isinstance(value, str):
+        return value.strip().lower() in ("true", "yes", "on", "1")
+    return bool(value)
+
+
+def time_slicing(settings: dict[str, Any]) -> dict[str, Any]:
+    """A timeslice pool's ``sharing.timeSlicing`` settings: replicas, renameByDefault, failRequestsGreaterThanOne.
+
+    kube-accel's defaults differ from the plugin's (both false): renamed replicas (nvidia.com/gpu.shared) keep pods
+    that expect an exclusive nvidia.com/gpu off shared GPUs, and one replica per pod is upstream's recommendation.
+    """
+    return {"replicas": int(settings.get("timeslice_replicas", 2)),
+            "renameByDefault": _flag(settings, "timeslice_rename_by_default", True),
+            "failRequestsGreaterThanOne": _flag(settings, "timeslice_fail_requests_greater_than_one", True)}
+
+
 def device_plugin_config(settings: dict[str, Any]) -> str | None:
     """Name of the device-plugin config a node selects with ``nvidia.com/device-plugin.config``."""
     mode = settings.get("mode")
     if mode == "mps":
         return f"mps-{int(settings.get('mps_replicas', 2))}"
+    if mode == "timeslice":
+        # timeslice-<replicas>[-gpu: advertised as nvidia.com/gpu][-multi: a pod may take several replicas]
+        ts = time_slicing(settings)
+        return (f"timeslice-{ts['replicas']}" + ("" if ts["renameByDefault"] else "-gpu")
+                + ("" if ts["failRequestsGreaterThanOne"] else "-multi"))
     if mode == "pgpu":
         return f"mig-{settings['mig_strategy']}" if mig_enabled(settings) else "exclusive"
     return None
@@ -102,6 +125,9 @@ def advertised_resources(settings: dict[str, Any], gpu_count: int, gpu_memory_mi
         return {RESOURCES["vgpu_hami"]: gpu_count * int(settings.get("vgpu_split_count", 10))}
     if mode == "mps":
         return {RESOURCES["mps"]: gpu_count * int(settings.get("mps_replicas", 2))}
+    if mode == "timeslice":
+        ts = time_slicing(settings)
+        return {RESOURCES["timeslice_shared" if ts["renameByDefault"] else "timeslice"]: gpu_count * ts["replicas"]}
     if mig_enabled(settings):
         geometry = settings["mig_geometry"]
         if settings["mig_strategy"] == "single":
@@ -158,7 +184,10 @@ def desired_nodes(pools: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
 
 
 def chart_for(key: str) -> str:
-    """The chart directory (under charts/) a release key installs."""
+    """The chart directory (under charts/) a release key installs (timeslice: the pgpu chart's device plugin with
+    sharing.timeSlicing configs)."""
+    if key == "timeslice":
+        return "pgpu"
     return "vgpu" if key.startswith("vgpu-") else key
 
 
@@ -184,7 +213,7 @@ def release_values(key: str, pools: list[dict[str, Any]], cluster: dict[str, Any
             {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
             {"key": LABELS["pool"], "operator": "Exists", "effect": "NoSchedule"},
         ]
-    if key in ("pgpu", "mps"):
+    if key in ("pgpu", "mps", "timeslice"):
         values["runtimeClassName"] = cluster.get("runtime_class") or RUNTIME_CLASS
     if key == "pgpu":
         vfio = [p["pool"] for p in pools if p["settings"].get("vfio_passthrough")]
@@ -198,6 +227,17 @@ def release_values(key: str, pools: list[dict[str, Any]], cluster: dict[str, Any
         values["configs"] = {name: ({"migStrategy": name[len("mig-"):] if name.startswith("mig-") else "none"}
                                     if name in used else None) for name in ("exclusive", "mig-mixed", "mig-single")}
         values["defaultConfig"] = "exclusive" if "exclusive" in used else sorted(used)[0]
+    elif key == "timeslice":
+        # The pgpu chart's named configs with sharing.timeSlicing; its defaults (exclusive, MIG) are dropped.
+        ts_configs: dict[str, Any] = dict.fromkeys(("exclusive", "mig-mixed", "mig-single"))
+        for p in pools:
+            ts_configs[device_plugin_config(p["settings"])] = {"migStrategy": "none",
+                                                               "timeSlicing": time_slicing(p["settings"])}
+        values["configs"] = ts_configs
+        used = sorted(name for name, c in ts_configs.items() if c)
+        values["defaultConfig"] = used[0]
+        # helm test asks for one replica of what the default config advertises.
+        values["test"] = {"resource": next(iter(advertised_resources(pools[0]["settings"], 1, 0)))}
     elif key == "mps":
         configs: dict[str, Any] = {}
         for p in pools:

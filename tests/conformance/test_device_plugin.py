@@ -322,6 +322,58 @@ def test_mps_configs_advertise_what_kube_accel_promises(inventory, tmp_path):
         assert promise == {advertised: 2 * resource["replicas"]}, (pool["pool"], loaded["sharing"])
 
 
+@pytest.mark.parametrize("inventory", ["lab", "example"])
+def test_timeslice_configs_advertise_what_kube_accel_promises(inventory, tmp_path):
+    """Time-slicing as the plugin loads each timeslice pool's named config: the resource it advertises (renamed
+    <name>.shared with renameByDefault, api/config/v1/replicas.go:205-206 and consts.go:26), the replicas, and the
+    one-replica-per-pod switch the plugin's Allocate checks (internal/rm/rm.go:95-98) equal accel_pools' promise."""
+    assert "s.Resources[i].Rename = r.Name.DefaultSharedRename()" in cited("api/config/v1/replicas.go:206")
+    assert 'DefaultSharedResourceNameSuffix = ".shared"' in cited("api/config/v1/consts.go:26")
+    assert "failRequestsGTOne := r.config.Sharing.ReplicatedResources().FailRequestsGreaterThanOne" in \
+        cited("internal/rm/rm.go:95")
+    assert "case spec.SharingStrategyTimeSlicing:" in cited("internal/rm/rm.go:97")
+    releases = {r["key"]: r for r in _releases(inventory)}
+    if "timeslice" not in releases:
+        pytest.fail(f"inventories/{inventory} has no timeslice pool")
+    assert releases["timeslice"]["chart"] == "pgpu"
+    objs = rendered("pgpu", releases["timeslice"]["values"], tmp_path)
+    configs = named_configs(objs)
+    pools = [p for p in accel_pools.collect_pools(_inventory_hosts(inventory)) if p["settings"]["mode"] == "timeslice"]
+    assert set(configs) == {accel_pools.device_plugin_config(p["settings"]) for p in pools}
+    for pool in pools:
+        settings = pool["settings"]
+        loaded = harness_config(configs[accel_pools.device_plugin_config(settings)], tmp_path)["config"]
+        assert "mps" not in (loaded.get("sharing") or {}) or not loaded["sharing"]["mps"], loaded["sharing"]
+        sliced = loaded["sharing"]["timeSlicing"]
+        (resource,) = sliced["resources"]
+        advertised = resource.get("rename") or resource["name"]
+        promise = accel_pools.advertised_resources(settings, 3, 15360)
+        assert promise == {advertised: 3 * resource["replicas"]}, (pool["pool"], sliced)
+        assert sliced.get("failRequestsGreaterThanOne", False) == \
+            accel_pools.time_slicing(settings)["failRequestsGreaterThanOne"]
+    # helm test asks for a resource the release's default config advertises.
+    job = one(objs, "Job", "-test")
+    limits = next(containers(pod_spec(job)))["resources"]["limits"]
+    default = next(p for p in pools if accel_pools.device_plugin_config(p["settings"]) ==
+                   releases["timeslice"]["values"]["defaultConfig"])
+    assert set(accel_pools.advertised_resources(default["settings"], 1, 0)) <= set(limits)
+
+
+def test_timeslice_replicas_below_two_are_refused_by_the_plugin(tmp_path):
+    # The plugin's own floor (api/config/v1/replicas.go:251) is the preflight's and the chart schema's minimum.
+    assert "if s.Replicas < 2 {" in cited("api/config/v1/replicas.go:251")
+    assert accel_plan.TIMESLICE_MIN_REPLICAS == 2
+    schema = json.loads((REPO / "charts" / "pgpu" / "values.schema.json").read_text())
+    sliced = schema["properties"]["configs"]["additionalProperties"]["properties"]["timeSlicing"]
+    assert sliced["properties"]["replicas"]["minimum"] == accel_plan.TIMESLICE_MIN_REPLICAS
+    assert sliced["properties"]["replicas"]["maximum"] == accel_plan.TIMESLICE_MAX_REPLICAS
+    path = tmp_path / "one.yaml"
+    path.write_text("version: v1\nflags: {migStrategy: none}\n"
+                    "sharing: {timeSlicing: {resources: [{name: nvidia.com/gpu, replicas: 1}]}}\n")
+    proc = upstream.run("ka-conform-deviceplugin", "config", str(path))
+    assert proc.returncode == 1 and "number of replicas must be >= 2" in proc.stderr, proc.stderr
+
+
 # --- names Kubernetes must accept ---------------------------------------------------------------------------
 
 
@@ -336,7 +388,7 @@ def check_names(tmp_path: Path, label_values=(), resource_names=()) -> dict:
 
 def every_pool_settings():
     """Pool settings for every mode kube-accel plans: pgpu whole GPUs, every MIG geometry of every model under
-    both strategies it allows, and MPS at every replica count."""
+    both strategies it allows, MPS at every replica count, time-slicing at every replica count and both switches."""
     yield {"pool": "p", "mode": "pgpu"}
     for geometry in every_geometry():
         yield {"pool": "p", "mode": "pgpu", "mig_strategy": "mixed", "mig_geometry": geometry}
@@ -344,6 +396,12 @@ def every_pool_settings():
             yield {"pool": "p", "mode": "pgpu", "mig_strategy": "single", "mig_geometry": geometry}
     for replicas in range(accel_plan.MPS_MIN_REPLICAS, accel_plan.MPS_MAX_REPLICAS + 1):
         yield {"pool": "p", "mode": "mps", "mps_replicas": replicas}
+    for replicas in range(accel_plan.TIMESLICE_MIN_REPLICAS, accel_plan.TIMESLICE_MAX_REPLICAS + 1):
+        for rename in (True, False):
+            for one_per_pod in (True, False):
+                yield {"pool": "p", "mode": "timeslice", "timeslice_replicas": replicas,
+                       "timeslice_rename_by_default": rename,
+                       "timeslice_fail_requests_greater_than_one": one_per_pod}
 
 
 def every_geometry():

@@ -37,7 +37,14 @@ def test_fake_gpu_nodes_carry_pool_capacity(lab):
     assert vcuda.status.allocatable["tencent.com/vcuda-core"] == str(100 * count)
     assert vcuda.status.allocatable["tencent.com/vcuda-memory"] == str(count * (memory // 256))
     assert nodes["lab-pgpu-0"].metadata.labels[accel_constants.LABELS["mode"]] == "pgpu"
-    assert set(lab.nodes_by_pool) == {"vgpu-hami", "vgpu-vcuda", "pgpu", "mps", "mig"}
+    # lab-timeslice-0: one A100-80GB, 8 time-slicing replicas renamed nvidia.com/gpu.shared (renameByDefault).
+    sliced = nodes["lab-timeslice-0"]
+    assert sliced.metadata.labels[accel_constants.LABELS["mode"]] == "timeslice"
+    assert sliced.metadata.labels["nvidia.com/device-plugin.config"] == "timeslice-8-multi"
+    shared = int(sliced.metadata.labels["nvidia.com/gpu.count"]) * 8
+    assert sliced.status.allocatable["nvidia.com/gpu.shared"] == str(shared)
+    assert "nvidia.com/gpu" not in sliced.status.allocatable
+    assert set(lab.nodes_by_pool) == {"vgpu-hami", "vgpu-vcuda", "pgpu", "mps", "mig", "timeslice"}
 
 
 def test_helm_chart_pod_runs_on_a_fake_node(lab, tmp_path):

@@ -119,3 +119,41 @@ def test_release_values_per_mode():
     assert hami["hami"]["deviceSplitCount"] == 5 and hami["hami"]["scheduler"]["gpuSchedulerPolicy"] == "spread"
     assert ap.release_values("vgpu-gpu-manager", [_pool("g", ["n"], mode="vgpu")], {})["backend"] == "gpu-manager"
     assert ap.chart_for("vgpu-hami") == "vgpu" and ap.chart_for("mps") == "mps"
+
+
+def test_timeslice_pools():
+    one_per_pod = s(mode="timeslice", timeslice_replicas=4)
+    labels = ap.node_labels(one_per_pod)
+    assert labels["kube-accel.io/mode"] == "timeslice"
+    assert labels["nvidia.com/device-plugin.config"] == "timeslice-4"
+    assert labels["nvidia.com/gpu.deploy.device-plugin"] == "false"
+    assert "nvidia.com/mps.capable" not in labels and "nvidia.com/mig.config" not in labels
+    # kube-accel's defaults: renamed (nvidia.com/gpu.shared) and one replica per pod.
+    assert ap.time_slicing(one_per_pod) == {"replicas": 4, "renameByDefault": True, "failRequestsGreaterThanOne": True}
+    assert ap.advertised_resources(one_per_pod, 2, 15360) == {"nvidia.com/gpu.shared": 8}
+    assert ap.request_for(one_per_pod) == {"nvidia.com/gpu.shared": "1"}
+    oversubscribed = s(mode="timeslice", timeslice_replicas=8, timeslice_rename_by_default=False,
+                       timeslice_fail_requests_greater_than_one="false")
+    assert ap.device_plugin_config(oversubscribed) == "timeslice-8-gpu-multi"
+    assert ap.advertised_resources(oversubscribed, 1, 81920) == {"nvidia.com/gpu": 8}
+    assert ap.device_plugin_config(s(mode="timeslice", timeslice_replicas=2,
+                                     timeslice_fail_requests_greater_than_one=False)) == "timeslice-2-multi"
+
+
+def test_timeslice_release_uses_the_pgpu_chart():
+    pools = [{"pool": "a", "settings": s(pool="a", mode="timeslice", timeslice_replicas=4), "hosts": ["n1"]},
+             {"pool": "b", "settings": s(pool="b", mode="timeslice", timeslice_replicas=8,
+                                         timeslice_rename_by_default=False), "hosts": ["n2"]}]
+    assert ap.release_key(pools[0]["settings"]) == "timeslice"
+    assert ap.chart_for("timeslice") == "pgpu"
+    values = ap.release_values("timeslice", pools, {})
+    assert values["pools"] == ["a", "b"]
+    assert values["runtimeClassName"] == "nvidia"
+    assert values["configs"] == {
+        "exclusive": None, "mig-mixed": None, "mig-single": None,
+        "timeslice-4": {"migStrategy": "none", "timeSlicing": {"replicas": 4, "renameByDefault": True,
+                                                               "failRequestsGreaterThanOne": True}},
+        "timeslice-8-gpu": {"migStrategy": "none", "timeSlicing": {"replicas": 8, "renameByDefault": False,
+                                                                   "failRequestsGreaterThanOne": True}}}
+    assert values["defaultConfig"] == "timeslice-4"
+    assert values["test"] == {"resource": "nvidia.com/gpu.shared"}

@@ -38,6 +38,10 @@ GOOD = [
     ("vgpu gpu-manager on T4 CUDA 11.4", pool(pool="v", mode="vgpu", vgpu_backend="gpu-manager",
                                               driver_branch="470"), "t4"),
     ("mps on A30", pool(pool="m", mode="mps", mps_replicas=4), "a30"),
+    ("timeslice one GPU per pod on T4", pool(pool="t", mode="timeslice", timeslice_replicas=4), "t4"),
+    ("timeslice oversubscription on A100", pool(pool="t", mode="timeslice", timeslice_replicas=64,
+                                                timeslice_rename_by_default=False,
+                                                timeslice_fail_requests_greater_than_one=False), "a100-80gb"),
     ("mps on T4 (Turing, 7.5)", pool(pool="m", mode="mps", mps_replicas=48), "t4"),
     ("pgpu NUMA on two sockets", pool(pool="p", mode="pgpu", numa_policy="single-numa-node"), "dual-socket-a100x8"),
     ("pgpu MIG mixed", pool(pool="mig", mode="pgpu", mig_strategy="mixed", mig_owner="operator",
@@ -59,12 +63,12 @@ def test_good_plans_have_no_problems(title, settings, snapshot):
 def test_rule_mode():
     assert check(pool(mode="pgpu")) == []
     assert check(pool(mode="mig")) == [
-        "gpu-01: accel_mode = 'mig': not a kube-accel mode; allowed: vgpu, pgpu, mps (MIG slices are mode pgpu "
-        "with accel_mig_geometry)"]
+        "gpu-01: accel_mode = 'mig': not a kube-accel mode; allowed: vgpu, pgpu, mps, timeslice (MIG slices are "
+        "mode pgpu with accel_mig_geometry)"]
     missing = {k: v for k, v in pool().items() if k != "accel_mode"}
     assert check(missing) == [
-        "gpu-01: accel_mode = (not set): not set for this GPU host; allowed: vgpu, pgpu, mps (MIG slices are "
-        "mode pgpu with accel_mig_geometry)"]
+        "gpu-01: accel_mode = (not set): not set for this GPU host; allowed: vgpu, pgpu, mps, timeslice (MIG "
+        "slices are mode pgpu with accel_mig_geometry)"]
 
 
 def test_rule_one_pool_per_host():
@@ -123,14 +127,14 @@ def test_rule_vgpu_backend_required():
         "gpu-01: accel_vgpu_backend = (not set): required with accel_mode vgpu; allowed: hami, gpu-manager"]
 
 
-@pytest.mark.parametrize("mode", ["vgpu", "mps"])
-def test_rule_vgpu_and_mps_refused_on_mig(mode):
-    extra = {"vgpu_backend": "hami"} if mode == "vgpu" else {"mps_replicas": 4}
+@pytest.mark.parametrize("mode", ["vgpu", "mps", "timeslice"])
+def test_rule_vgpu_mps_and_timeslice_refused_on_mig(mode):
+    extra = {"vgpu": {"vgpu_backend": "hami"}, "mps": {"mps_replicas": 4}, "timeslice": {"timeslice_replicas": 4}}[mode]
     assert check(pool(mode=mode, **extra), gpus("a100-80gb")) == []
     on_mig = check(pool(mode=mode, **extra), gpus("a100-80gb-mig"))
     assert on_mig == [
         f"gpu-01: accel_mode = '{mode}': GPU 0 (NVIDIA A100-SXM4-80GB) has MIG enabled (current=True, "
-        "pending=True); allowed: accel_mode pgpu for MIG; vgpu and mps need GPUs with MIG disabled (no "
+        "pending=True); allowed: accel_mode pgpu for MIG; vgpu, mps and timeslice need GPUs with MIG disabled (no "
         "accel_mig_geometry, accel_mig_strategy none)"]
     pending = gpus("a100-80gb")
     pending["gpus"][0]["mig_mode_pending"] = True  # MIG switched on, waiting for a GPU reset
@@ -138,7 +142,7 @@ def test_rule_vgpu_and_mps_refused_on_mig(mode):
     planned = check(pool(mode=mode, mig_geometry={"1g.10gb": 7}, **extra), gpus("a100-80gb"))
     assert planned == [
         f"gpu-01: accel_mig_geometry = {{'1g.10gb': 7}}: a MIG plan on a pool with accel_mode {mode}; allowed: "
-        "accel_mode pgpu for MIG; vgpu and mps need GPUs with MIG disabled (no accel_mig_geometry, "
+        "accel_mode pgpu for MIG; vgpu, mps and timeslice need GPUs with MIG disabled (no accel_mig_geometry, "
         "accel_mig_strategy none)"]
     strategy = check(pool(mode=mode, mig_strategy="single", **extra), gpus("a100-80gb"))
     assert len(strategy) == 1 and strategy[0].startswith("gpu-01: accel_mig_strategy = 'single': a MIG plan")
@@ -181,6 +185,44 @@ def test_rule_mps_clients_limited_by_compute_capability():
     assert plan.mps_max_clients((6, 1)) is None
     assert check(pool(mode="mps", mps_replicas=49), volta) == [
         "gpu-01: accel_mps_replicas = 49: out of range; allowed: an integer 2..48 (MPS clients per GPU)"]
+
+
+@pytest.mark.parametrize("replicas", [2, 8, 64, "16"])
+def test_rule_timeslice_replicas_in_range(replicas):
+    assert check(pool(mode="timeslice", timeslice_replicas=replicas), gpus("t4")) == []
+
+
+@pytest.mark.parametrize("replicas", [1, 0, 65, -4, "many", 2.5, True, None])
+def test_rule_timeslice_replicas_out_of_range(replicas):
+    assert check(pool(mode="timeslice", timeslice_replicas=replicas), gpus("t4")) == [
+        f"gpu-01: accel_timeslice_replicas = {replicas!r}: out of range; allowed: an integer 2..64 (pods sharing one "
+        "GPU in turns)"]
+
+
+def test_rule_timeslice_replicas_required():
+    assert check(pool(mode="timeslice"), gpus("t4")) == [
+        "gpu-01: accel_timeslice_replicas = (not set): required with accel_mode timeslice; allowed: an integer 2..64 "
+        "(pods sharing one GPU in turns)"]
+
+
+def test_rule_timeslice_switches_are_booleans():
+    assert check(pool(mode="timeslice", timeslice_replicas=4, timeslice_rename_by_default="yes"), gpus("t4")) == []
+    assert check(pool(mode="timeslice", timeslice_replicas=4, timeslice_fail_requests_greater_than_one="maybe"),
+                 gpus("t4")) == [
+        "gpu-01: accel_timeslice_fail_requests_greater_than_one = 'maybe': not a boolean; allowed: true or false"]
+
+
+@pytest.mark.parametrize("mode", ["mps", "pgpu", "vgpu"])
+def test_rule_timeslice_settings_only_on_timeslice_pools(mode):
+    # Never together with MPS (its daemon owns the GPU) nor MIG (a pgpu pool): one sharing mechanism per GPU.
+    extra = {"mps": {"mps_replicas": 4}, "pgpu": {}, "vgpu": {"vgpu_backend": "hami"}}[mode]
+    problems = check(pool(mode=mode, timeslice_replicas=4, timeslice_rename_by_default=False, **extra),
+                     gpus("a30"))
+    assert problems == [
+        f"gpu-01: {name} = {value!r}: a time-slicing setting on a pool with accel_mode {mode}; allowed: "
+        "accel_timeslice_* only with accel_mode timeslice (one sharing mechanism per GPU: time-slicing is never "
+        "combined with MPS or MIG)" for name, value in (("accel_timeslice_replicas", 4),
+                                                        ("accel_timeslice_rename_by_default", False))]
 
 
 def test_rule_mig_geometry_legal_for_the_gpu_model():

@@ -16,6 +16,11 @@
 {{- end -}}
 {{- end -}}
 {{- end -}}
+{{- range $name, $c := .Values.configs -}}
+{{- if and $c $c.timeSlicing (ne $c.migStrategy "none") -}}
+{{- fail (printf "configs.%s.migStrategy=%q with timeSlicing: kube-accel time-slices whole GPUs only; allowed: migStrategy none with timeSlicing" $name $c.migStrategy) -}}
+{{- end -}}
+{{- end -}}
 {{- if eq .Release.Namespace "default" -}}
 {{- fail "namespace \"default\" is not allowed: install into the kube-accel namespace (--namespace kube-accel)" -}}
 {{- end -}}
@@ -56,6 +61,15 @@ flags:
     passDeviceSpecs: {{ .root.Values.compatWithCPUManager }}
     deviceListStrategy: {{ default .root.Values.deviceListStrategy .config.deviceListStrategy | toJson }}
     deviceIDStrategy: {{ default .root.Values.deviceIDStrategy .config.deviceIDStrategy }}
+{{- with .config.timeSlicing }}
+sharing:
+  timeSlicing:
+    renameByDefault: {{ .renameByDefault | default false }}
+    failRequestsGreaterThanOne: {{ .failRequestsGreaterThanOne | default false }}
+    resources:
+      - name: nvidia.com/gpu
+        replicas: {{ .replicas }}
+{{- end }}
 {{- end -}}
 
 {{/* config-manager container env; .oneshot true for the init container, false for the sidecar. */}}
@@ -84,4 +98,11 @@ flags:
   value: {{ ternary "" "1" .oneshot | quote }}
 - name: PROCESS_TO_SIGNAL
   value: {{ ternary "" .process .oneshot | quote }}
+{{- end -}}
+
+{{/* True when some config time-slices its GPUs. */}}
+{{- define "pgpu.timeSliced" -}}
+{{- range $name, $c := .Values.configs -}}
+{{- if and $c $c.timeSlicing }}true{{ end -}}
+{{- end -}}
 {{- end -}}

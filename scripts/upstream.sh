@@ -112,7 +112,7 @@ build_harnesses() {
     key=$( { [ -z "$src" ] || cat "$src/.ka-stamp"; go env GOVERSION
              cd "$dir" && find . -type f -print0 | sort -z | xargs -0 sha256sum; } | sha256sum | cut -c1-16)
     [ -x "$out" ] && [ -f "$out.stamp" ] && [ "$(cat "$out.stamp")" = "$key" ] && continue
-    log "building harness ka-conform-$name against $stem"
+    log "building harness ka-conform-$name (upstream: $stem)"
     work="$UP/harness/$name"
     rm -rf "$work" && mkdir -p "$work" && cp -r "$dir/." "$work/"
     (

@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 import re
 import signal
-import socket
 import subprocess
 import time
 import urllib.request
@@ -83,12 +82,6 @@ def test_admission_command_is_the_dockerfile_binary():
     assert "/usr/bin/gpu-admission --address=0.0.0.0:3456" in cmd
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @pytest.mark.parametrize(("name", "release", "values"), GM_CASES)
 def test_admission_starts_with_chart_command(tmp_path, name, release, values):
     """The rendered command runs the image's binary; gpu-admission parses the chart's flags, syncs its informers
@@ -96,10 +89,10 @@ def test_admission_starts_with_chart_command(tmp_path, name, release, values):
     objs = render_case(tmp_path, release, values)
     ctr = container(one(objs, "Deployment", f"{release}-gpu-admission"), "gpu-admission")
     assert ctr.get("command") == ["/usr/bin/gpu-admission"], "args alone would replace the image's CMD"
-    port = _free_port()
-    # Listen addresses moved only (pflag: the last value wins); the kubeconfig stands in for in-cluster config.
-    args = [*ctr["args"], f"--address=127.0.0.1:{port}", f"--pprofAddress=127.0.0.1:{_free_port()}"]
     with FakeAPIServer() as api:
+        port, pprof_port = upstream.free_ports(2)
+        # Listen addresses moved only (pflag: the last value wins); the kubeconfig stands in for in-cluster config.
+        args = [*ctr["args"], f"--address=127.0.0.1:{port}", f"--pprofAddress=127.0.0.1:{pprof_port}"]
         args.append(f"--kubeconfig={api.kubeconfig(tmp_path / 'kubeconfig')}")
         proc = subprocess.Popen([str(upstream.binary("gpu-admission")), *args], env={"PATH": os.environ["PATH"]},
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)

@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import ssl
 import subprocess
 import time
@@ -115,12 +114,6 @@ def test_rbac_is_exactly_what_hami_calls(tmp_path, name, release, values):
                 assert "*" not in rule["verbs"] + rule["resources"] + rule["apiGroups"], obj["metadata"]["name"]
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def _scheduler_args(objs: list[dict], release: str, tmp_path: Path) -> tuple[list[str], dict]:
     """The extender container's command (program dropped) and env, its file paths moved under tmp_path."""
     dep = one(objs, "Deployment", f"{release}-scheduler")
@@ -146,10 +139,10 @@ def test_scheduler_starts_with_chart_flags(tmp_path, name, release, values):
     against a fake API server and serves TLS /healthz; every call it made is granted to its ServiceAccount."""
     objs = render_case(tmp_path, release, values)
     args, env_vars = _scheduler_args(objs, release, tmp_path)
-    port = _free_port()
-    # Only the listen addresses are moved (pflag: the last value wins): the chart's ports may be taken here.
-    args += [f"--http_bind=127.0.0.1:{port}", f"--metrics-bind-address=127.0.0.1:{_free_port()}"]
     with FakeAPIServer() as api:
+        port, metrics_port = upstream.free_ports(2)
+        # Only the listen addresses are moved (pflag: the last value wins): the chart's ports may be taken here.
+        args += [f"--http_bind=127.0.0.1:{port}", f"--metrics-bind-address=127.0.0.1:{metrics_port}"]
         env_vars["KUBECONFIG"] = str(api.kubeconfig(tmp_path / "kubeconfig"))
         binary = upstream.binary("hami-scheduler")
         proc = subprocess.Popen([str(binary), *args], env={"PATH": os.environ["PATH"], **env_vars},

@@ -9,6 +9,7 @@ tests/conformance/go, its own chart and CRDs. A missing build is a failure that 
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 from pathlib import Path
 
@@ -51,3 +52,16 @@ def run(name: str, *args: str, env: dict[str, str] | None = None, timeout: int =
     full_env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), **(env or {})}
     return subprocess.run([str(binary(name)), *args], capture_output=True, text=True, check=False,
                           env=full_env, timeout=timeout, cwd=cwd)
+
+
+def free_ports(count: int) -> list[int]:
+    """Distinct free loopback ports (all held open until every one is chosen). Ask after starting any other local
+    server of the test: a port released here could otherwise be handed to that server."""
+    socks = [socket.socket() for _ in range(count)]
+    try:
+        for sock in socks:
+            sock.bind(("127.0.0.1", 0))
+        return [sock.getsockname()[1] for sock in socks]
+    finally:
+        for sock in socks:
+            sock.close()

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Podman and the Debian 12 host image that lab GPU hosts and Molecule scenarios run on (lab-toolchain.md §8).
 # No registry is reachable here, so the image is built from the machine's own Debian mirror with debootstrap.
-# Usage: scripts/lab-host-image.sh [all|podman|image|python]
+# Usage: scripts/lab-host-image.sh [all|podman|image|python|molecule]
 #   podman   install podman + runc (+ rootless helpers when not root) and write containers.conf
 #   image    (alias python) build the minbase image and the committed $HOST_IMAGE with python3
-#   all      both
+#   molecule the Molecule host images of scripts/molecule-images.txt, committed from $HOST_IMAGE
+#   all      all of them
 # Idempotent: a second call finds podman configured and the image present and returns in seconds.
 set -euo pipefail
 
@@ -128,9 +129,46 @@ build_host_image() {
   log "built $HOST_IMAGE"
 }
 
+# The key of one line of molecule-images.txt: sha256 of the line and $HOST_IMAGE's id (tests/molecule computes the
+# same: scenario_reuse.molecule_image_key).
+molecule_image_key() {
+  printf '%s\n%s\n' "$1" "$(podman image inspect --format '{{.Id}}' "$HOST_IMAGE")" | sha256sum | cut -c1-16
+}
+
+build_molecule_images() {
+  local line name pkgs image key have ctr
+  while IFS= read -r line; do
+    case "$line" in '' | '#'*) continue ;; esac
+    name=${line%% *}
+    pkgs=${line#* }
+    image="${HOST_IMAGE%/*}/debian12-$name:current"
+    key=$(molecule_image_key "$line")
+    have=$(podman image inspect --format '{{index .Labels "kube-accel.image-key"}}' "$image" 2>/dev/null || true)
+    if [ "$have" = "$key" ]; then
+      log "$image present ($pkgs)"
+      continue
+    fi
+    ctr="kube-accel-image-build-$name-$$"
+    log "committing $image ($pkgs) from $HOST_IMAGE"
+    podman rm -f -t 0 "$ctr" >/dev/null 2>&1 || true
+    # shellcheck disable=SC2064
+    trap "podman rm -f -t 0 $ctr >/dev/null 2>&1 || true" EXIT
+    podman run --name "$ctr" --network host "$HOST_IMAGE" sh -euc "
+      apt-get update -qq
+      DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $pkgs >/dev/null
+      apt-get clean
+      rm -rf /var/lib/apt/lists/*"
+    podman commit --change 'CMD ["/bin/bash"]' --change "LABEL kube-accel.image-key=$key" "$ctr" "$image" >/dev/null
+    podman rm -f -t 0 "$ctr" >/dev/null
+    trap - EXIT
+    log "built $image"
+  done <"$HERE/molecule-images.txt"
+}
+
 case "${1:-all}" in
   podman) setup_podman ;;
   image | python) setup_podman; build_host_image ;;
-  all) setup_podman; build_host_image ;;
-  *) echo "usage: $0 [all|podman|image|python]" >&2; exit 2 ;;
+  molecule) setup_podman; build_host_image; build_molecule_images ;;
+  all) setup_podman; build_host_image; build_molecule_images ;;
+  *) echo "usage: $0 [all|podman|image|python|molecule]" >&2; exit 2 ;;
 esac

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Build and cache kube-accel's lab toolchain from the Go module proxy and Debian.
 # Everything is keyed by version under $KA_CACHE; a second call finds every stamp and returns in seconds.
-# Usage: scripts/toolchain.sh [all|go|helm|kwok|etcd|k8s|podman|image|python|upstream]
+# Usage: scripts/toolchain.sh [all|go|helm|kwok|etcd|k8s|podman|image|molecule|python|upstream]
 set -euo pipefail
 
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -141,7 +141,7 @@ case "${1:-all}" in
   etcd) build_etcd ;;
   k8s) build_k8s ;;
   go) build_helm; build_kwok; build_etcd; build_k8s ;;
-  podman | image | python) "$HERE/lab-host-image.sh" "$1" ;;
+  podman | image | python | molecule) "$HERE/lab-host-image.sh" "$1" ;;
   upstream) "$HERE/upstream.sh" all ;;
   all)
     build_helm; build_kwok; build_etcd; build_k8s
@@ -149,6 +149,6 @@ case "${1:-all}" in
     # The pinned upstream components the conformance tests run (tests/conformance).
     "$HERE/upstream.sh" all
     ;;
-  *) echo "usage: $0 [all|go|helm|kwok|etcd|k8s|podman|image|upstream]" >&2; exit 2 ;;
+  *) echo "usage: $0 [all|go|helm|kwok|etcd|k8s|podman|image|molecule|upstream]" >&2; exit 2 ;;
 esac
 log "ready in $BIN"

@@ -71,7 +71,8 @@ class Scenario:
 
     @property
     def slug(self) -> str:
-        return re.sub(r"[^A-Za-z0-9_.-]+", "_", self.id)
+        rel = self.cwd.relative_to(self.repo).as_posix()
+        return re.sub(r"[^A-Za-z0-9_.-]+", "_", f"{rel if rel != '.' else 'molecule'}-{self.name}")
 
 
 def repo_files(repo: Path) -> frozenset[Path]:
@@ -241,7 +242,11 @@ def tool_versions() -> dict[str, str]:
             collections.append(f"{manifest.parent.relative_to(root)}:{hashlib.sha256(manifest.read_bytes()).hexdigest()}")
     podman = subprocess.run(["podman", "version", "--format", "{{.Client.Version}}"],
                             capture_output=True, text=True, check=False).stdout.strip()
+    # The engine settings lab-host-image.sh writes (runtime, ulimits), for root and rootless podman.
+    confs = [Path("/etc/containers/containers.conf"),
+             Path(os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config") / "containers" / "containers.conf"]
     return {
+        "containers_conf": hashlib.sha256(b"".join(p.read_bytes() for p in confs if p.is_file())).hexdigest(),
         "python": sys.version,
         "distributions": hashlib.sha256("\n".join(dists).encode()).hexdigest(),
         "collections": hashlib.sha256("\n".join(collections).encode()).hexdigest(),

@@ -13,7 +13,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "molecule"))
 import scenario_reuse as reuse  # noqa: E402
 
 IMAGES = {"localhost/kube-accel/debian12-python:1": "sha256:aaaa"}
-TOOLS = {"python": "3.11", "distributions": "d1", "collections": "c1", "podman": "4.3.1", "kernel": "6.1"}
+TOOLS = {"python": "3.11", "distributions": "d1", "collections": "c1", "podman": "4.3.1", "kernel": "6.1",
+         "containers_conf": "e1"}
 
 
 def write(path: Path, text: str) -> None:
@@ -98,6 +99,7 @@ def test_image_tool_and_environment_changes_change_the_key(repo):
     assert key(repo, tools={**TOOLS, "distributions": "d2"}) != before
     assert key(repo, tools={**TOOLS, "podman": "5.0"}) != before
     assert key(repo, tools={**TOOLS, "kernel": "6.12"}) != before
+    assert key(repo, tools={**TOOLS, "containers_conf": "e2"}) != before
     assert key(repo, env={"ANSIBLE_FORKS": "5"}) != before
 
 
@@ -158,6 +160,11 @@ def test_record_with_a_changed_index_is_not_reused(repo, tmp_path, monkeypatch):
     reuse.write_record(s, data, {"h": [INDEX]}, 12.0, {})
     record, why = reuse.find_reusable(s, data)
     assert record is None and why.startswith("package indices changed")
+
+
+def test_slugs_are_distinct_file_names(repo):
+    slugs = {reuse.Scenario(repo, "site", repo=repo).slug, reuse.Scenario(repo / "roles/r1", "s", repo=repo).slug}
+    assert slugs == {"molecule-site", "roles_r1-s"}
 
 
 def test_image_key_is_the_one_lab_host_image_sh_writes():

@@ -49,6 +49,14 @@ VARIABLES: dict[str, dict] = {
                                                       "ServiceMonitor, for a Prometheus that selects "
                                                       "ServiceMonitors by label (e.g. release: "
                                                       "kube-prometheus-stack)."),
+    "accel_monitoring_enabled": _var("cluster", "bool", "Install charts/monitoring: Grafana dashboard, PrometheusRule "
+                                     "alerts (where the Prometheus Operator's CRD exists) (docs/monitoring.md)."),
+    "accel_monitoring_rule_labels": _var("cluster", "dict", "Labels on the PrometheusRule, for a Prometheus that "
+                                         "selects rules by label (e.g. release: kube-prometheus-stack)."),
+    "accel_monitoring_dashboards_namespace": _var("cluster", "str", "Namespace of the dashboard ConfigMap (one "
+                                                  "Grafana's sidecar watches); empty = accel_namespace."),
+    "accel_monitoring_hpa_adapter_namespace": _var("cluster", "str", "prometheus-adapter's namespace: writes its "
+                                                   "rules there (GPU metrics per pod for HPAs); empty = none."),
     # Per pool (group_vars of a group under gpu_pools).
     "accel_pool": _var("pool", "str", "Pool name; becomes the kube-accel.io/pool node label."),
     "accel_mode": _var("pool", "str", "GPU sharing mode of the pool's nodes.", choices=list(MODES)),

@@ -118,7 +118,9 @@ build_harnesses() {
     (
       cd "$work"
       [ -z "$src" ] || go mod edit -replace "$mod=$src"
-      go mod tidy
+      # A harness on the module proxy alone keeps its go.sum in the repo and builds without tidy, which would
+      # download the whole module graph (Prometheus: about 3 min cold instead of 1.5).
+      if [ -n "$src" ] || [ ! -f go.sum ]; then go mod tidy; fi
       go build -ldflags "-s -w" -o "$out" .
     )
     printf '%s' "$key" >"$out.stamp"

@@ -428,9 +428,12 @@ def test_benchmark_runs_every_mode_and_separates_mps_from_time_slicing(control, 
     assert [q["n"] for q in result["ratios"]] == [1, 2]
     assert all(q["throughput_mps_over_ts"] > 0 for q in result["ratios"])
     assert result["mps_shutdown"]["leftover"] == []
-    # Two concurrent clients: twice the iterations of one, roughly (same duration, sleeping clients).
-    rows = {(r["mode"], r["n"]): r for r in result["rows"]}
-    assert rows[("timeslice", 2)]["iterations"] > rows[("timeslice", 1)]["iterations"] * 1.3
+    # Two clients run at once (released by one "go"): their measured windows overlap. Iteration counts would
+    # depend on how busy the machine's cores are, the windows do not.
+    for key in ("timeslice/2", "mps/2"):
+        windows = [(c["t_start"], c["t_end"]) for c in result["clients"][key]]
+        assert len(windows) == 2 and max(s for s, _ in windows) < min(e for _, e in windows), (key, windows)
+        assert all(c["iterations"] > 0 for c in result["clients"][key])
 
 
 def test_benchmark_records_failed_runs_instead_of_numbers(control, client_base, monkeypatch):

@@ -34,6 +34,10 @@ VARIABLES: dict[str, dict] = {
     "accel_image_registry": _var("cluster", "str", "Registry mirror prefix for every image; empty = upstream."),
     "accel_image_pull_secrets": _var("cluster", "list", "Image pull secret names for the charts.",
                                      elements="str"),
+    "accel_control_plane_cidrs": _var("cluster", "list", "Addresses (CIDRs) of the API servers and any cluster "
+                                      "kube-scheduler that calls an extender: the only pod-network sources the HAMi "
+                                      "webhook/extender and gpu-admission ports accept where NetworkPolicies are "
+                                      "enforced.", elements="str"),
     "accel_reboot_policy": _var("cluster", "str", "\"auto\" cordons, drains, reboots and uncordons in batches; "
                                 "\"defer\" only reports hosts that need a reboot.", choices=["auto", "defer"]),
     "accel_reboot_serial": _var("cluster", "raw", "Reboot batch size: a host count or a percentage (\"20%\")."),

@@ -19,6 +19,7 @@ Every message reads ``<host>: <field> = <value>: <what is wrong>; allowed: <what
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from dataclasses import dataclass, field
 
@@ -373,6 +374,22 @@ def rule_vfio(ctx: Context) -> list[str]:
     return problems
 
 
+def rule_control_plane_cidrs(ctx: Context) -> list[str]:
+    value = ctx.get("accel_control_plane_cidrs")
+    if not isinstance(value, list):
+        return []  # absent, or not a list: the argument spec reports the type
+    bad = []
+    for cidr in value:
+        try:
+            ipaddress.ip_network(str(cidr), strict=True)
+        except ValueError:
+            bad.append(cidr)
+    if not bad:
+        return []
+    return [ctx.problem("accel_control_plane_cidrs", value, f"{bad!r} not network addresses in CIDR notation",
+                        'CIDRs such as "10.0.0.10/32" or "10.0.0.0/24" (no host bits set)')]
+
+
 def rule_kubernetes_numa(ctx: Context) -> list[str]:
     policy = ctx.get("accel_numa_policy", "none")
     if policy in (None, "none"):
@@ -428,6 +445,7 @@ RULES = (
     rule_sriov,
     rule_vfio,
     rule_kubernetes_numa,
+    rule_control_plane_cidrs,
 )
 
 

@@ -253,6 +253,8 @@ def release_values(key: str, pools: list[dict[str, Any]], cluster: dict[str, Any
     elif key.startswith("vgpu-"):
         backend = key[len("vgpu-"):]
         values["backend"] = backend
+        # The API server (webhook) and a cluster scheduler (extender) are the only peers of those ports.
+        values["controlPlaneFrom"] = [{"ipBlock": {"cidr": c}} for c in cluster.get("control_plane_cidrs") or []]
         if backend == "hami":
             first = pools[0]["settings"]
             values["hami"] = {

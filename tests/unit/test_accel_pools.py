@@ -117,6 +117,10 @@ def test_release_values_per_mode():
                                                  vgpu_scheduler_policy="spread")], {})
     assert hami["backend"] == "hami"
     assert hami["hami"]["deviceSplitCount"] == 5 and hami["hami"]["scheduler"]["gpuSchedulerPolicy"] == "spread"
+    assert hami["controlPlaneFrom"] == []
+    fenced = ap.release_values("vgpu-hami", [_pool("h", ["n"], mode="vgpu")],
+                               {"control_plane_cidrs": ["10.0.0.11/32", "10.0.0.12/32"]})
+    assert fenced["controlPlaneFrom"] == [{"ipBlock": {"cidr": "10.0.0.11/32"}}, {"ipBlock": {"cidr": "10.0.0.12/32"}}]
     assert ap.release_values("vgpu-gpu-manager", [_pool("g", ["n"], mode="vgpu")], {})["backend"] == "gpu-manager"
     assert ap.chart_for("vgpu-hami") == "vgpu" and ap.chart_for("mps") == "mps"
 

@@ -424,3 +424,10 @@ def test_rule_mig_driver_minimum():
         "520.61.05 is older; allowed: accel_driver_branch 525 or newer"]
     assert check({**settings, "accel_driver_branch": "550"}, old_driver) == []
     assert "the planned driver branch 470 is older" in check({**settings, "accel_driver_branch": "470"}, old_driver)[0]
+
+
+def test_rule_control_plane_cidrs():
+    assert check(pool(mode="pgpu", control_plane_cidrs=["10.0.0.10/32", "fd00::/64"])) == []
+    assert check(pool(mode="pgpu", control_plane_cidrs=["10.0.0.10/24", "cp-01"])) == [
+        "gpu-01: accel_control_plane_cidrs = ['10.0.0.10/24', 'cp-01']: ['10.0.0.10/24', 'cp-01'] not network "
+        "addresses in CIDR notation; allowed: CIDRs such as \"10.0.0.10/32\" or \"10.0.0.0/24\" (no host bits set)"]

@@ -11,10 +11,7 @@ from __future__ import annotations
 
 import os
 import re
-import signal
 import subprocess
-import time
-import urllib.request
 
 import pytest
 import upstream
@@ -99,23 +96,9 @@ def test_admission_starts_with_chart_command(tmp_path, name, release, values):
         try:
             startup = {c for c in _table("gpu-admission") if c[0] in ("list", "watch")}
             seen = api.wait_for(startup)
-            status = None
-            for _ in range(50):
-                if proc.poll() is not None:
-                    break
-                try:
-                    with urllib.request.urlopen(f"http://127.0.0.1:{port}/version", timeout=2) as r:
-                        status = r.status
-                        break
-                except OSError:
-                    time.sleep(0.2)
+            status = upstream.http_status(proc, f"http://127.0.0.1:{port}/version", tries=50)
         finally:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                out = proc.communicate(timeout=10)[0]
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                out = proc.communicate()[0]
+            out = upstream.stop(proc)
         requests = list(api.requests)
     assert startup <= seen, f"gpu-admission never made {startup - seen}:\n{out[-3000:]}"
     assert status == 200, f"gpu-admission did not serve with the chart's flags:\n{out[-3000:]}"

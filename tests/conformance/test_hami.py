@@ -14,11 +14,8 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import ssl
 import subprocess
-import time
-import urllib.request
 from pathlib import Path
 
 import pytest
@@ -151,25 +148,11 @@ def test_scheduler_starts_with_chart_flags(tmp_path, name, release, values):
             startup = {(v, g, r) for v, g, r in _table("scheduler", "--leader-elect=true" in args)
                        if v in ("list", "watch")}
             seen = api.wait_for(startup)
-            status = None
             ctx = ssl.create_default_context()
             ctx.check_hostname, ctx.verify_mode = False, ssl.CERT_NONE
-            for _ in range(100):
-                if proc.poll() is not None:
-                    break
-                try:
-                    with urllib.request.urlopen(f"https://127.0.0.1:{port}/healthz", context=ctx, timeout=2) as r:
-                        status = r.status
-                        break
-                except OSError:
-                    time.sleep(0.2)
+            status = upstream.http_status(proc, f"https://127.0.0.1:{port}/healthz", context=ctx)
         finally:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                out = proc.communicate(timeout=10)[0]
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                out = proc.communicate()[0]
+            out = upstream.stop(proc)
         requests = list(api.requests)
     assert startup <= seen, f"hami-scheduler never made {startup - seen}; output:\n{out[-3000:]}"
     assert status == 200, f"hami-scheduler did not serve /healthz with the chart's flags:\n{out[-3000:]}"

@@ -9,8 +9,11 @@ tests/conformance/go, its own chart and CRDs. A missing build is a failure that 
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import subprocess
+import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -65,3 +68,26 @@ def free_ports(count: int) -> list[int]:
     finally:
         for sock in socks:
             sock.close()
+
+
+def http_status(proc: subprocess.Popen, url: str, context=None, tries: int = 100) -> int | None:
+    """The status of ``url`` once the upstream process ``proc`` serves it (None if it exits or never answers)."""
+    for _ in range(tries):
+        if proc.poll() is not None:
+            return None
+        try:
+            with urllib.request.urlopen(url, context=context, timeout=2) as response:
+                return response.status
+        except OSError:
+            time.sleep(0.2)
+    return None
+
+
+def stop(proc: subprocess.Popen) -> str:
+    """SIGTERM (SIGKILL after 10 s) and the process's combined output."""
+    proc.send_signal(signal.SIGTERM)
+    try:
+        return proc.communicate(timeout=10)[0]
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        return proc.communicate()[0]

@@ -34,7 +34,8 @@ attributes:
   check_mode:
     support: full
   diff_mode:
-    support: none
+    support: full
+    details: The namespaces' labels before and after (an absent namespace shows as none).
 requirements:
   - kubernetes (Python client)
 """
@@ -110,7 +111,13 @@ def main():
                 api.patch_namespace(name, {"metadata": {"labels": labels}})
         except ApiException as exc:
             module.fail_json(msg=f"cannot create or label a namespace: {exc.status} {exc.reason}: {exc.body}")
-    module.exit_json(changed=bool(create or patch), created=create, labelled=patch)
+    result = {"changed": bool(create or patch), "created": create, "labelled": patch}
+    if module._diff:
+        after = {name: ({**(labels or {}), **patch.get(name, {})} if labels is not None else create.get(name))
+                 for name, labels in current.items()}
+        result["diff"] = {"before": {n: current[n] for n in sorted(current)},
+                          "after": {n: after[n] for n in sorted(after)}}
+    module.exit_json(**result)
 
 
 if __name__ == "__main__":

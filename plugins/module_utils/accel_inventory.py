@@ -29,7 +29,7 @@ VARIABLES: dict[str, dict] = {
     "accel_kube_context": _var("cluster", "str", "Kubeconfig context; empty uses the current context."),
     "accel_kubernetes_version": _var("cluster", "str",
                                      "Kubernetes minor version of the cluster (e.g. \"1.36\"); pGPU NUMA "
-                                     "alignment needs 1.25 or newer."),
+                                     "alignment needs 1.30 or newer (kubelet --config-dir)."),
     "accel_namespace": _var("cluster", "str", "Namespace for kube-accel's charts."),
     "accel_image_registry": _var("cluster", "str", "Registry mirror prefix for every image; empty = upstream."),
     "accel_image_pull_secrets": _var("cluster", "list", "Image pull secret names for the charts.",

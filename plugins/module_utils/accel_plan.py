@@ -47,7 +47,9 @@ GPU_MANAGER_MAX_CUDA_MAJOR = 11  # GPU-Manager's vcuda library intercepts the CU
 GPU_MANAGER_MAX_CONTAINERD_MAJOR = 1
 GPU_MANAGER_CGROUP_VERSION = 1
 CUDA12_FIRST_DRIVER_BRANCH = 525  # R525 is the first branch shipping a CUDA 12.0 driver
-MIN_KUBERNETES_NUMA = (1, 25)
+# kubelet_gpu sets the NUMA policy in a kubelet --config-dir drop-in: alpha behind KubeletConfigDropInDir in
+# 1.28-1.29, on by default from 1.30; older kubelets do not start with the flag.
+MIN_KUBERNETES_NUMA = (1, 30)
 PCI_ID_RE = re.compile(r"^[0-9a-fA-F]{4}:[0-9a-fA-F]{4}$")
 POOLS_GROUP = "gpu_pools"
 
@@ -404,7 +406,8 @@ def rule_kubernetes_numa(ctx: Context) -> list[str]:
     if version < MIN_KUBERNETES_NUMA:
         return [ctx.problem("accel_kubernetes_version", raw,
                             f"accel_numa_policy {policy!r} (NUMA-aligned GPUs through the kubelet Topology "
-                            f"Manager) needs Kubernetes {minimum} or newer",
+                            f"Manager) needs Kubernetes {minimum} or newer: kube-accel sets it in a kubelet "
+                            f"--config-dir drop-in, a flag kubelet accepts by default only from {minimum}",
                             f">= {minimum}, or accel_numa_policy none")]
     return []
 

@@ -277,18 +277,22 @@ def test_rule_vfio_needs_iommu():
                        "a colon, 4 hex digits, e.g. \"10de:20b5\""]
 
 
-@pytest.mark.parametrize("version", ["1.25", "1.36", "v1.30.2"])
+@pytest.mark.parametrize("version", ["1.30", "1.36", "v1.30.2"])
 def test_rule_kubernetes_version_for_numa_ok(version):
     settings = pool(mode="pgpu", numa_policy="single-numa-node", kubernetes_version=version)
     assert check(settings, gpus("dual-socket-a100x8")) == []
 
 
 def test_rule_kubernetes_version_for_numa_too_old():
-    settings = pool(mode="pgpu", numa_policy="single-numa-node", kubernetes_version="1.24")
-    assert check(settings) == [
-        "gpu-01: accel_kubernetes_version = '1.24': accel_numa_policy 'single-numa-node' (NUMA-aligned GPUs "
-        "through the kubelet Topology Manager) needs Kubernetes 1.25 or newer; allowed: >= 1.25, or "
-        "accel_numa_policy none"]
+    # kubelet_gpu passes --config-dir, which kubelet accepts by default only from 1.30 (1.28-1.29: alpha behind
+    # the KubeletConfigDropInDir gate; older: unknown flag, kubelet does not start).
+    for old in ("1.24", "1.25", "1.29", "v1.29.9"):
+        settings = pool(mode="pgpu", numa_policy="single-numa-node", kubernetes_version=old)
+        assert check(settings) == [
+            f"gpu-01: accel_kubernetes_version = {old!r}: accel_numa_policy 'single-numa-node' (NUMA-aligned GPUs "
+            "through the kubelet Topology Manager) needs Kubernetes 1.30 or newer: kube-accel sets it in a "
+            "kubelet --config-dir drop-in, a flag kubelet accepts by default only from 1.30; allowed: >= 1.30, "
+            "or accel_numa_policy none"]
     assert check(pool(mode="pgpu", numa_policy="none", kubernetes_version="1.24")) == []
     assert "not a version" in check(pool(mode="pgpu", numa_policy="restricted", kubernetes_version="latest"))[0]
 

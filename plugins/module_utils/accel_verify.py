@@ -71,7 +71,8 @@ def render_table(rows: list[dict[str, Any]], fake_nodes: int, total_nodes: int) 
     headers = ["pool", "mode", "nodes", "labels", "daemonset", "allocatable", "job", "result"]
     table = [headers] + [[str(r.get(h, "")) for h in headers] for r in rows]
     widths = [max(len(row[i]) for row in table) for i in range(len(headers))]
-    lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in table]
+    # Indexed, not zip(strict=True): module_utils run on the hosts' Python, 3.9 on RHEL 9.
+    lines = ["  ".join(row[i].ljust(widths[i]) for i in range(len(headers))).rstrip() for row in table]
     lines.insert(1, "  ".join("-" * w for w in widths))
     if fake_nodes:
         lines.append(f"note: {fake_nodes} of {total_nodes} nodes are kwok fakes (lab): no GPU ran the Jobs; "

@@ -21,6 +21,7 @@ import difflib
 import json
 import os
 import re
+import shlex
 import shutil
 import tarfile
 import tempfile
@@ -28,12 +29,17 @@ import traceback
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 import yaml
 
 # (rc, stdout, stderr) for an argv; Ansible's module.run_command in production, a fake in unit tests.
 Runner = Callable[[Sequence[str]], tuple[int, str, str]]
+
+# Who holds kube-accel's run lock, when it is another live run (None: nobody, or this run); may raise when the
+# lock cannot be read. accel_lease.other_holder over the cluster's Lease in production.
+LockCheck = Callable[[], "str | None"]
 
 # libyaml's parser when PyYAML has it (same safe subset): the pure-Python one spends about 0.3 s per release
 # reading back and comparing the manifests.
@@ -612,15 +618,14 @@ class Helm:
         return [*argv, "--timeout", timeout]
 
     # -- reads
+    def history(self, name: str, namespace: str) -> list[dict]:
+        """``helm history -o json``: revision, updated, status, chart, app_version, description (helm 3 and 4)."""
+        argv = [self.binary, "history", name, *self.cluster_flags(namespace), "--max", "256", "--output", "json"]
+        return _parse_json(self.call(argv, f"reading the history of release {name}"), argv) or []
+
     def last_good_revision(self, name: str, namespace: str) -> int | None:
         """The revision to go back to: the deployed one (helm 3 keeps it so), else the newest superseded."""
-        argv = [self.binary, "history", name, *self.cluster_flags(namespace), "--max", "256", "--output", "json"]
-        entries = _parse_json(self.call(argv, f"reading the history of release {name}"), argv) or []
-        for wanted in ("deployed", "superseded"):
-            revisions = [int(e["revision"]) for e in entries if e.get("status") == wanted]
-            if revisions:
-                return max(revisions)
-        return None
+        return last_good(self.history(name, namespace))
 
     def deployed(self, name: str, namespace: str) -> Deployed | None:
         argv = [
@@ -718,8 +723,13 @@ def validate_values(helm: Helm, spec: ReleaseSpec) -> None:
         )
 
 
-def ensure_present(helm: Helm, spec: ReleaseSpec, *, check_mode: bool, diff_mode: bool, validate: bool) -> dict:
-    """Install or upgrade only when the desired release differs from the deployed one."""
+def ensure_present(helm: Helm, spec: ReleaseSpec, *, check_mode: bool, diff_mode: bool, validate: bool,
+                   run_lock: LockCheck | None = None, clock: Callable[[], datetime] | None = None) -> dict:
+    """Install or upgrade only when the desired release differs from the deployed one.
+
+    A failed release is rolled back to its last good revision first; a pending one is recovered first when its
+    operation is provably dead (``recover_pending``), else this fails saying what the operator can run.
+    """
     if validate:
         validate_values(helm, spec)
     result: dict[str, Any] = {"changed": False}
@@ -727,6 +737,17 @@ def ensure_present(helm: Helm, spec: ReleaseSpec, *, check_mode: bool, diff_mode
     recovery: list[str] = []
     if deployed is not None and deployed.status == "failed":
         deployed, recovery = _recover_failed(helm, spec, deployed, result, check_mode)
+    elif deployed is not None and deployed.status in PENDING_STATES:
+        deployed, recovery = recover_pending(helm, spec, deployed, result, check_mode, run_lock, clock or _utcnow)
+    try:
+        return _converge(helm, spec, deployed, recovery, result, check_mode=check_mode, diff_mode=diff_mode)
+    finally:
+        if diff_mode and result.get("recovered"):
+            result["diff"] = [{"prepared": recovery_text(spec.name, result["recovered"])}, *result.get("diff", [])]
+
+
+def _converge(helm: Helm, spec: ReleaseSpec, deployed: Deployed | None, recovery: list[str], result: dict, *,
+              check_mode: bool, diff_mode: bool) -> dict:
     with tempfile.NamedTemporaryFile("w", prefix="accel-release-", suffix=".yaml", delete=False) as handle:
         handle.write(values_yaml(spec.values))
         values_file = handle.name
@@ -815,7 +836,8 @@ def release_specs(items: Sequence[dict], **shared: Any) -> list[ReleaseSpec]:
 
 
 def ensure_each_present(helm: Helm, specs: Sequence[ReleaseSpec], *, check_mode: bool, diff_mode: bool,
-                        validate: bool, workers: int = 4) -> tuple[dict[str, dict], dict[str, HelmError]]:
+                        validate: bool, workers: int = 4,
+                        run_lock: LockCheck | None = None) -> tuple[dict[str, dict], dict[str, HelmError]]:
     """``ensure_present`` for every release, ``workers`` at a time: (name -> result, name -> error).
 
     Releases are independent and each mostly waits (on helm, then on its rollout), so they run side by side;
@@ -824,7 +846,8 @@ def ensure_each_present(helm: Helm, specs: Sequence[ReleaseSpec], *, check_mode:
 
     def one(spec: ReleaseSpec) -> dict:
         try:
-            return ensure_present(helm, spec, check_mode=check_mode, diff_mode=diff_mode, validate=validate)
+            return ensure_present(helm, spec, check_mode=check_mode, diff_mode=diff_mode, validate=validate,
+                                  run_lock=run_lock)
         except HelmError:
             raise
         except Exception as exc:  # a bug must still read as a message per release; the traceback rides along
@@ -840,6 +863,183 @@ def ensure_each_present(helm: Helm, specs: Sequence[ReleaseSpec], *, check_mode:
             except HelmError as exc:
                 failures[name] = exc
     return results, failures
+
+
+def _utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+def last_good(entries: Sequence[dict]) -> int | None:
+    """From ``helm history``: the deployed revision, else the newest superseded one."""
+    for wanted in ("deployed", "superseded"):
+        revisions = [int(e["revision"]) for e in entries if e.get("status") == wanted]
+        if revisions:
+            return max(revisions)
+    return None
+
+
+_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ns|us|µs|ms|s|m|h)")
+_DURATION_UNIT = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def duration_seconds(text: str) -> float:
+    """A Go duration (``90s``, ``5m``, ``1h30m``) in seconds."""
+    if not GO_DURATION.match(text or ""):
+        raise HelmError(f"{text!r} is not a duration helm understands (e.g. 90s, 5m, 1h30m)")
+    return sum(float(n) * _DURATION_UNIT[u] for n, u in _DURATION_PART.findall(text))
+
+
+def parse_helm_time(text: str) -> datetime | None:
+    """helm history's ``updated`` (RFC 3339 with nanoseconds) -> aware datetime; None when unreadable."""
+    match = re.match(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(\d+))?(Z|[+-]\d\d:\d\d)$", (text or "").strip())
+    if not match:
+        return None
+    base, frac, zone = match.groups()
+    iso = f"{base}.{(frac or '0')[:6].ljust(6, '0')}{'+00:00' if zone == 'Z' else zone}"
+    try:
+        return datetime.fromisoformat(iso)
+    except ValueError:
+        return None
+
+
+def _age(seconds: float) -> str:
+    seconds = max(0, int(seconds))
+    if seconds < 60:
+        return f"{seconds}s"
+    if seconds < 3600:
+        return f"{seconds // 60}m{seconds % 60:02d}s"
+    return f"{seconds // 3600}h{(seconds % 3600) // 60:02d}m"
+
+
+@dataclass
+class Pending:
+    """A release left in a pending state, as ``helm history`` shows it."""
+
+    status: str
+    revision: int
+    age: float | None  # seconds since helm wrote the pending revision; None when its time is unreadable
+    good_revision: int | None  # what a rollback goes back to; None for a first install
+
+    @property
+    def action(self) -> str:
+        return "reinstall" if self.good_revision is None else "rollback"
+
+
+def pending_of(entries: Sequence[dict], now: datetime) -> Pending | None:
+    """The newest revision when it is pending (helm writes it before the operation and updates it after)."""
+    if not entries:
+        return None
+    newest = max(entries, key=lambda e: int(e.get("revision") or 0))
+    if newest.get("status") not in PENDING_STATES:
+        return None
+    updated = parse_helm_time(str(newest.get("updated") or ""))
+    return Pending(
+        status=newest["status"],
+        revision=int(newest["revision"]),
+        age=(now - updated).total_seconds() if updated else None,
+        good_revision=last_good([e for e in entries if e is not newest]),
+    )
+
+
+def still_alive(pending: Pending, timeout_s: float, holder: str | None) -> list[str]:
+    """Why the operation behind ``pending`` may still be running; empty when it is provably over.
+
+    Provably over: no other kube-accel run holds the run lock, and the pending revision is older than the
+    operation's timeout (helm stops waiting then, and an atomic one would have written a rollback revision).
+    """
+    reasons = []
+    if holder:
+        reasons.append(f"another kube-accel run holds the run lock: {holder}")
+    if pending.age is None:
+        reasons.append(f"the time of revision {pending.revision} cannot be read from `helm history`")
+    elif pending.age <= timeout_s:
+        reasons.append(f"revision {pending.revision} was written {_age(pending.age)} ago, within the operation's "
+                       f"timeout ({_age(timeout_s)})")
+    return reasons
+
+
+def recovery_argv(helm: Helm, spec: ReleaseSpec, pending: Pending) -> list[str]:
+    """What an operator runs to unlock the release: uninstall a pending first install, else roll back."""
+    if pending.good_revision is None:
+        return helm.uninstall_argv(spec.name, spec.namespace, True, spec.timeout)
+    return helm.rollback_argv(spec.name, spec.namespace, pending.good_revision, spec.wait or spec.atomic,
+                              spec.timeout)
+
+
+def recovery_text(name: str, recovered: dict) -> str:
+    """The recovery in words, for --diff and logs."""
+    done = "would" if recovered.get("check_mode") else "did"
+    if recovered["action"] == "reinstall":
+        what = "uninstall it and install it again"
+    else:
+        what = f"roll back to revision {recovered['to_revision']}, then upgrade if it still differs"
+    return (
+        f"release {name}: found {recovered['status']} revision {recovered['revision']}, "
+        f"{_age(recovered['age_s'])} old, older than the timeout ({recovered['timeout']}) and no other run holding "
+        f"the run lock: the operation that wrote it is dead. Recovery ({done}): {what}.\n"
+        f"  $ {shlex.join(recovered['command'])}\n"
+    )
+
+
+def recover_pending(
+    helm: Helm, spec: ReleaseSpec, deployed: Deployed, result: dict, check_mode: bool,
+    run_lock: LockCheck | None, clock: Callable[[], datetime],
+) -> tuple[Deployed | None, list[str]]:
+    """Recover a release a dead helm operation left pending, the way an operator would, or fail explaining.
+
+    A pending first install is uninstalled (and then installed again by the caller); a pending upgrade or
+    rollback is rolled back to the last deployed revision (and then upgraded when it still differs). Anything not
+    proven dead is left alone: the error names the release, its status, the revision's age, the lock holder and
+    the helm command an operator would run once sure no operation is alive.
+    """
+    entries = helm.history(spec.name, spec.namespace)
+    pending = pending_of(entries, clock())
+    if pending is None:  # the operation ended between `helm list` and `helm history`
+        return helm.deployed(spec.name, spec.namespace), []
+    timeout_s = duration_seconds(spec.timeout)
+    try:
+        holder = run_lock() if run_lock else None
+    except Exception as exc:  # noqa: BLE001 - an unreadable lock proves nothing
+        holder = f"unknown (the run lock could not be read: {exc})"
+    argv = recovery_argv(helm, spec, pending)
+    reasons = still_alive(pending, timeout_s, holder)
+    age = _age(pending.age) if pending.age is not None else "unknown"
+    if reasons:
+        after = "install it again" if pending.action == "reinstall" else "upgrade it"
+        raise HelmError(
+            f"release {spec.name!r} (namespace {spec.namespace}) is {pending.status} at revision {pending.revision}, "
+            f"{age} old; a helm operation may still be running on it ({'; '.join(reasons)}), so kube-accel leaves "
+            f"it alone. Once sure no helm operation is alive, run: {shlex.join(argv)} "
+            f"and run kube-accel again to {after}",
+            command=argv,
+            status=pending.status,
+            revision=pending.revision,
+            revision_age_s=None if pending.age is None else int(pending.age),
+            lock_holder=holder,
+        )
+    recovered = {
+        "status": pending.status,
+        "revision": pending.revision,
+        "age_s": int(pending.age or 0),
+        "timeout": spec.timeout,
+        "action": pending.action,
+        "to_revision": pending.good_revision,
+        "command": argv,
+        "check_mode": check_mode,
+    }
+    result["recovered"] = recovered
+    found = f"release status is {pending.status!r} (revision {pending.revision}, {age} old, operation dead)"
+    if check_mode:
+        verb = "uninstall and install again" if pending.action == "reinstall" else (
+            f"roll back to revision {pending.good_revision} first")
+        return deployed, [f"{found}: would {verb}"]
+    if pending.action == "reinstall":
+        helm.call(argv, f"uninstalling release {spec.name!r} left in {pending.status}")
+        result["changed"] = True
+        return None, [f"{found}: uninstalled, installing again"]
+    helm.call(argv, f"rolling release {spec.name!r} left in {pending.status} back to revision {pending.good_revision}")
+    result.update(changed=True, rolled_back_to=pending.good_revision)
+    return helm.deployed(spec.name, spec.namespace), [f"{found}: rolled back to revision {pending.good_revision}"]
 
 
 def _recover_failed(

@@ -18,6 +18,12 @@ description:
   - A C(failed) release (an earlier run with O(atomic=false), or a rollback that failed) is first rolled back to
     its last good revision, then upgraded if it still differs. helm 3 patches from the last deployed manifest,
     so without this a field that only the failed revision added would stay on the live objects.
+  - A release left C(pending-install), C(pending-upgrade) or C(pending-rollback) by a helm that died is recovered
+    when kube-accel can prove no operation is alive (no other run holds the run lock, see M(accel_run_lock), and
+    the pending revision is older than O(timeout)). A pending first install is uninstalled and installed again, a
+    pending upgrade or rollback is rolled back to the last deployed revision and then upgraded. RV(recovered) and
+    C(--diff) say what was found and done. Otherwise the module fails naming the release, its status, the
+    revision's age, the lock holder and the helm command an operator would run.
   - Works with helm 3 and helm 4; the flags for wait and rollback are chosen from C(helm version --short).
   - The module runs helm on the host it executes on (normally the controller, with C(delegate_to) or
     C(connection=local)); C(values_template) and a local C(chart) are read there too.
@@ -96,6 +102,20 @@ options:
         C(helm pull) for this.
     type: bool
     default: true
+  run_lock_name:
+    description:
+      - Lease of kube-accel's run lock (M(accel_run_lock)), read when a release is found pending; a pending release
+        is recovered only when no other live run holds it and the pending revision is older than O(timeout).
+    type: str
+    default: kube-accel-run
+  run_lock_namespace:
+    description: Namespace of that Lease; default O(namespace).
+    type: str
+  run_lock_holder:
+    description:
+      - Holder identity of this run when it holds the run lock (the C(holder) that M(accel_run_lock) returns), so
+        its own lock does not count as another run's.
+    type: str
 attributes:
   check_mode:
     support: full
@@ -202,6 +222,23 @@ rolled_back_to:
   returned: when that rollback ran
   type: int
   sample: 1
+recovered:
+  description:
+    - A pending release (C(pending-install), C(pending-upgrade), C(pending-rollback)) whose helm operation was proven
+      dead and recovered (or, in check mode, would be), with C(status), C(revision), C(age_s), C(timeout), C(action)
+      (C(reinstall) = uninstalled then installed again; C(rollback) = rolled back to C(to_revision), then upgraded if
+      it still differs), C(command) (the helm argv run first) and C(check_mode).
+  returned: when a pending release was recovered
+  type: dict
+  sample:
+    status: pending-install
+    revision: 1
+    age_s: 412
+    timeout: 5m
+    action: reinstall
+    to_revision: null
+    command: [helm, uninstall, kube-accel-mps, --namespace, kube-accel, --wait, --timeout, 5m]
+    check_mode: false
 helm_version:
   description: Version of the helm binary used.
   returned: always
@@ -236,6 +273,7 @@ try:
         ensure_present,
         module_helm,
     )
+    from ansible.module_utils.accel_lease import lock_check
 
     IMPORT_ERROR = None
 except ImportError:  # pyyaml missing on the host that runs helm
@@ -259,6 +297,9 @@ def argument_spec() -> dict:
         "create_namespace": {"type": "bool", "default": True},
         "state": {"type": "str", "choices": ["present", "absent"], "default": "present"},
         "validate_schema": {"type": "bool", "default": True},
+        "run_lock_name": {"type": "str", "default": "kube-accel-run"},
+        "run_lock_namespace": {"type": "str"},
+        "run_lock_holder": {"type": "str"},
     }
 
 
@@ -297,7 +338,9 @@ def main() -> None:
                 create_namespace=p["create_namespace"],
             )
             result = ensure_present(
-                helm, spec, check_mode=module.check_mode, diff_mode=module._diff, validate=p["validate_schema"]
+                helm, spec, check_mode=module.check_mode, diff_mode=module._diff, validate=p["validate_schema"],
+                run_lock=lock_check(p["kubeconfig"], p["context"], p["run_lock_namespace"] or p["namespace"],
+                                    p["run_lock_name"], p["run_lock_holder"]),
             )
     except HelmError as exc:
         failure = {"msg": exc.msg, "stderr": exc.stderr}

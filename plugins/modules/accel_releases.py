@@ -11,7 +11,8 @@ description:
   - Runs what M(accel_release) does with C(state=present) for every release in O(releases), up to O(parallel) at
     once. Values are checked against the chart's C(values.schema.json); C(helm upgrade --install) with wait and
     automatic rollback runs only when the release differs from the deployed one; a failed release is rolled back to
-    its last good revision first.
+    its last good revision first; a pending release whose operation is provably dead is recovered first (as
+    M(accel_release) does).
   - One module run for all releases, so helm is located and its version read once, and the releases' renders
     and rollouts overlap instead of adding up.
   - A release that fails does not stop the others; the module then fails naming every failed release, and returns
@@ -67,6 +68,20 @@ options:
     description: Validate each release's values against its chart's C(values.schema.json) before calling helm.
     type: bool
     default: true
+  run_lock_name:
+    description:
+      - Lease of kube-accel's run lock (M(accel_run_lock)), read when a release is found pending; a pending release
+        is recovered only when no other live run holds it and the pending revision is older than O(timeout).
+    type: str
+    default: kube-accel-run
+  run_lock_namespace:
+    description: Namespace of that Lease; default O(namespace).
+    type: str
+  run_lock_holder:
+    description:
+      - Holder identity of this run when it holds the run lock (the C(holder) that M(accel_run_lock) returns), so
+        its own lock does not count as another run's.
+    type: str
 attributes:
   check_mode:
     support: full
@@ -103,7 +118,8 @@ RETURN = r"""
 releases:
   description:
     - Release name -> what M(accel_release) returns for it (C(revision), C(status), C(chart), C(app_version),
-      C(objects), C(changes), C(changed), and C(command), C(rollback_command), C(rolled_back_to) when they apply).
+      C(objects), C(changes), C(changed), and C(command), C(rollback_command), C(rolled_back_to), C(recovered) when
+      they apply).
     - On failure, only the releases that went through.
   returned: always
   type: dict
@@ -130,6 +146,7 @@ from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 
 try:
     from ansible.module_utils.accel_helm import HelmError, ensure_each_present, module_helm, release_specs
+    from ansible.module_utils.accel_lease import lock_check
 
     IMPORT_ERROR = None
 except ImportError:  # pyyaml missing on the host that runs helm
@@ -159,6 +176,9 @@ def main() -> None:
             "atomic": {"type": "bool", "default": True},
             "create_namespace": {"type": "bool", "default": True},
             "validate_schema": {"type": "bool", "default": True},
+            "run_lock_name": {"type": "str", "default": "kube-accel-run"},
+            "run_lock_namespace": {"type": "str"},
+            "run_lock_holder": {"type": "str"},
         },
         supports_check_mode=True,
     )
@@ -175,7 +195,10 @@ def main() -> None:
     except HelmError as exc:
         module.fail_json(**failure_details(exc))
     results, failures = ensure_each_present(helm, specs, check_mode=module.check_mode, diff_mode=module._diff,
-                                            validate=p["validate_schema"], workers=p["parallel"])
+                                            validate=p["validate_schema"], workers=p["parallel"],
+                                            run_lock=lock_check(p["kubeconfig"], p["context"],
+                                                                p["run_lock_namespace"] or p["namespace"],
+                                                                p["run_lock_name"], p["run_lock_holder"]))
     diffs = [entry for name in results for entry in results[name].pop("diff", [])]
     for result in results.values():
         result.setdefault("changes", [])

@@ -85,6 +85,8 @@ class FakeHelm:
             self.release = deployed_release(revision=len(self.history) + 1)
             return 0, "Rollback was a success! Happy Helming!\n", ""
         if sub == "uninstall":
+            self.release = None
+            self.history = []
             return 0, 'release "rel" uninstalled\n', ""
         if sub == "show":
             return 0, "name: tiny\nversion: 0.1.0\nappVersion: 1.0.0\n", ""
@@ -292,9 +294,14 @@ def test_check_mode_reports_without_upgrading():
 
 
 def test_pending_release_is_changed_without_rendering():
-    fake = FakeHelm(release=deployed_release(status="pending-upgrade"))
+    fake = FakeHelm(release=deployed_release(revision=2, status="pending-upgrade"))
+    fake.history = [
+        {"revision": 1, "status": "deployed", "updated": "2026-11-23T10:00:00Z"},
+        {"revision": 2, "status": "pending-upgrade", "updated": "2026-11-23T10:00:00Z"},
+    ]
     result = present(fake, check=True)
-    assert result["changed"] and "release status is 'pending-upgrade'" in result["changes"][0]
+    assert result["changed"] and "would roll back to revision 1 first" in result["changes"][0]
+    assert "release status is 'pending-upgrade', not 'deployed'" in result["changes"]
     assert not [c for c in fake.calls if "--dry-run=server" in c]
 
 
@@ -619,3 +626,163 @@ def test_unexpected_errors_become_messages_per_release():
                                                validate=False)
     assert results == {}
     assert failures["rel"].msg == "unexpected error: boom" and "RuntimeError" in failures["rel"].extra["exception"]
+
+
+# ---------------------------------------------------------------------------------------------------------- pending
+
+
+NOW = ah.parse_helm_time("2026-11-23T12:00:00Z")
+
+
+def at(seconds_ago: float) -> str:
+    """helm history's ``updated`` of a revision written ``seconds_ago`` before NOW, with nanoseconds as helm writes."""
+    from datetime import timedelta  # noqa: PLC0415
+
+    return (NOW - timedelta(seconds=seconds_ago)).strftime("%Y-%m-%dT%H:%M:%S.%f") + "123Z"
+
+
+def pending_present(fake, check=False, diff=False, holder=None, **spec_over):
+    helm = ah.Helm("/usr/bin/helm", fake, kubeconfig="/k/config", context="lab")
+    return ah.ensure_present(helm, spec(timeout="5m", **spec_over), check_mode=check, diff_mode=diff,
+                             validate=False, run_lock=lambda: holder, clock=lambda: NOW)
+
+
+def test_helm_time_and_durations():
+    assert ah.parse_helm_time("2026-11-23T17:26:43.649038325Z").microsecond == 649038
+    assert ah.parse_helm_time("2026-11-23T17:26:43+02:00").utcoffset().total_seconds() == 7200
+    assert ah.parse_helm_time("Mon Nov 23 17:26:53 2026") is None
+    assert ah.duration_seconds("1h30m") == 5400 and ah.duration_seconds("90s") == 90
+    assert ah.duration_seconds("1.5m") == 90
+
+
+@pytest.mark.parametrize(
+    ("entries", "expected"),
+    [
+        ([{"revision": 1, "status": "pending-install", "updated": at(400)}], ("pending-install", 1, 400, None)),
+        (
+            [{"revision": 1, "status": "superseded", "updated": at(900)},
+             {"revision": 2, "status": "deployed", "updated": at(800)},
+             {"revision": 3, "status": "pending-upgrade", "updated": at(301)}],
+            ("pending-upgrade", 3, 301, 2),
+        ),
+        (
+            [{"revision": 1, "status": "superseded", "updated": at(900)},
+             {"revision": 2, "status": "failed", "updated": at(800)},
+             {"revision": 3, "status": "pending-rollback", "updated": at(10)}],
+            ("pending-rollback", 3, 10, 1),
+        ),
+    ],
+)
+def test_pending_of_reads_the_newest_revision_and_what_to_go_back_to(entries, expected):
+    found = ah.pending_of(entries, NOW)
+    assert (found.status, found.revision, round(found.age), found.good_revision) == expected
+    assert found.action == ("reinstall" if expected[3] is None else "rollback")
+
+
+def test_not_pending_when_the_newest_revision_is_settled():
+    entries = [{"revision": 1, "status": "pending-upgrade", "updated": at(900)},
+               {"revision": 2, "status": "deployed", "updated": at(800)}]
+    assert ah.pending_of(entries, NOW) is None
+    assert ah.pending_of([], NOW) is None
+
+
+@pytest.mark.parametrize(
+    ("age", "holder", "alive"),
+    [
+        (301, None, []),  # older than the 5m timeout, nobody holds the lock: dead
+        (299, None, ["within the operation's timeout (5m00s)"]),
+        (301, "ops@ctl pid 7 started 2026-11-23T11:55:00Z", ["another kube-accel run holds the run lock: ops@ctl"]),
+        (None, None, ["cannot be read"]),
+    ],
+)
+def test_still_alive_decision(age, holder, alive):
+    reasons = ah.still_alive(ah.Pending("pending-upgrade", 3, age, 2), 300, holder)
+    assert len(reasons) == len(alive)
+    for reason, fragment in zip(reasons, alive, strict=True):
+        assert fragment in reason
+
+
+def test_stale_pending_install_is_uninstalled_and_installed_again():
+    fake = FakeHelm(release=deployed_release(status="pending-install", values={}))
+    fake.history = [{"revision": 1, "status": "pending-install", "updated": at(400)}]
+    result = pending_present(fake, diff=True)
+    assert fake.subcommands()[-3:] == ["uninstall", "upgrade", "upgrade"]  # uninstall, render, install
+    uninstall = next(c for c in fake.calls if c[1] == "uninstall")
+    assert uninstall[2] == "rel" and "--wait" in uninstall
+    assert len(fake.real_upgrades()) == 1 and result["changed"] is True
+    rec = result["recovered"]
+    assert (rec["status"], rec["revision"], rec["age_s"], rec["action"]) == ("pending-install", 1, 400, "reinstall")
+    assert rec["command"] == uninstall and rec["check_mode"] is False
+    assert result["changes"][0].startswith("release status is 'pending-install' (revision 1, 6m40s old")
+    assert result["changes"][0].endswith("uninstalled, installing again")
+    prepared = result["diff"][0]["prepared"]
+    assert "found pending-install revision 1, 6m40s old" in prepared and "$ /usr/bin/helm uninstall rel" in prepared
+
+
+def test_stale_pending_upgrade_is_rolled_back_then_upgraded():
+    fake = FakeHelm(release=deployed_release(revision=2, status="pending-upgrade"))
+    fake.history = [{"revision": 1, "status": "deployed", "updated": at(900)},
+                    {"revision": 2, "status": "pending-upgrade", "updated": at(600)}]
+    result = pending_present(fake, values={"replicas": 2})
+    rollback = next(c for c in fake.calls if c[1] == "rollback")
+    assert rollback[1:4] == ["rollback", "rel", "1"]
+    assert fake.subcommands().index("rollback") < fake.subcommands().index("upgrade")
+    assert len(fake.real_upgrades()) == 1
+    assert result["rolled_back_to"] == 1 and result["recovered"]["action"] == "rollback"
+    assert result["changes"][0].endswith("rolled back to revision 1")
+    assert "values differ: replicas" in result["changes"]
+
+
+def test_check_mode_says_what_recovery_would_do_and_runs_nothing():
+    fake = FakeHelm(release=deployed_release(status="pending-install"))
+    fake.history = [{"revision": 1, "status": "pending-install", "updated": at(400)}]
+    result = pending_present(fake, check=True, diff=True)
+    assert "uninstall" not in fake.subcommands() and not fake.real_upgrades()
+    assert result["changed"] is True and result["recovered"]["check_mode"] is True
+    assert result["changes"][0].endswith("would uninstall and install again")
+    assert "Recovery (would)" in result["diff"][0]["prepared"]
+
+
+@pytest.mark.parametrize(
+    ("age", "holder", "why", "command"),
+    [
+        (30, None, "written 30s ago, within the operation's timeout (5m00s)", "/usr/bin/helm rollback rel 1"),
+        (900, "ops@ctl pid 7 started 2026-11-23T11:00:00Z", "another kube-accel run holds the run lock: ops@ctl pid 7",
+         "/usr/bin/helm rollback rel 1"),
+    ],
+)
+def test_live_or_unprovable_pending_fails_with_what_to_run(age, holder, why, command):
+    fake = FakeHelm(release=deployed_release(revision=2, status="pending-upgrade"))
+    fake.history = [{"revision": 1, "status": "deployed", "updated": at(900)},
+                    {"revision": 2, "status": "pending-upgrade", "updated": at(age)}]
+    with pytest.raises(ah.HelmError) as caught:
+        pending_present(fake, holder=holder)
+    err = caught.value
+    assert "release 'rel' (namespace ns) is pending-upgrade at revision 2" in err.msg
+    assert why in err.msg and f"run: {command} --namespace ns --kubeconfig /k/config" in err.msg
+    assert err.extra["lock_holder"] == holder and err.extra["revision_age_s"] == age
+    assert err.extra["status"] == "pending-upgrade"
+    assert "rollback" not in fake.subcommands() and not fake.real_upgrades()
+
+
+def test_unreadable_lock_proves_nothing():
+    fake = FakeHelm(release=deployed_release(status="pending-install"))
+    fake.history = [{"revision": 1, "status": "pending-install", "updated": at(4000)}]
+
+    def broken():
+        raise RuntimeError("connection refused")
+
+    helm = ah.Helm("/usr/bin/helm", fake)
+    with pytest.raises(ah.HelmError, match=r"could not be read: connection refused.*run: /usr/bin/helm uninstall rel"):
+        ah.ensure_present(helm, spec(), check_mode=False, diff_mode=False, validate=False, run_lock=broken,
+                          clock=lambda: NOW)
+    assert "uninstall" not in fake.subcommands()
+
+
+@pytest.mark.parametrize("version", ["v3.21.4", "v4.2.4"])
+def test_history_is_read_as_json_for_both_majors(version):
+    fake = FakeHelm(version=version)
+    fake.history = [{"revision": 1, "status": "deployed", "updated": at(5)}]
+    assert ah.Helm("/h", fake).history("rel", "ns")[0]["status"] == "deployed"
+    argv = next(c for c in fake.calls if c[1] == "history")
+    assert argv[-2:] == ["--output", "json"]

@@ -90,6 +90,8 @@ def accel_releases(pools, cluster, prefix="kube-accel", chart_dir=""):
 def accel_verify_pools(pools, releases):
     """The verify module's pool list: expected labels, resources and the Job request per pool."""
     by_pool = {pool: r["name"] for r in releases for pool in r["pools"]}
+    hami = {pool: (r["values"].get("hami") or {}).get("schedulerName", "hami-scheduler")
+            for r in releases if r["key"] == "vgpu-hami" for pool in r["pools"]}
     out = []
     for pool in pools:
         settings = pool["settings"]
@@ -105,6 +107,9 @@ def accel_verify_pools(pools, releases):
             "labels": accel_pools.node_labels(settings),
             "resources": expected,
             "request": accel_pools.request_for(settings),
+            **({"scheduler_name": hami[pool["pool"]]} if pool["pool"] in hami else {}),
+            # HAMi's webhook takes every nvidia.com/gpu pod (README "HAMi and whole-GPU pools in one cluster").
+            **({"pod_labels": {"hami.io/webhook": "ignore"}} if hami and pool["pool"] not in hami else {}),
         })
     return out
 

@@ -40,7 +40,8 @@ def daemon_problems(node: str, pods: list[dict[str, Any]]) -> list[str]:
 
 
 def job_manifest(name: str, namespace: str, pool_label: str, pool: str, request: dict[str, str],
-                 image: str, command: list[str], taint_key: str | None) -> dict[str, Any]:
+                 image: str, command: list[str], taint_key: str | None,
+                 pod_labels: dict[str, str] | None = None) -> dict[str, Any]:
     """A short Job that asks for the pool's resource and can only land on the pool's nodes."""
     spec: dict[str, Any] = {
         "restartPolicy": "Never",
@@ -63,18 +64,71 @@ def job_manifest(name: str, namespace: str, pool_label: str, pool: str, request:
         "metadata": {"name": name, "namespace": namespace,
                      "labels": {"app.kubernetes.io/part-of": "kube-accel", "app.kubernetes.io/component": "verify"}},
         "spec": {"backoffLimit": 0, "ttlSecondsAfterFinished": 300, "activeDeadlineSeconds": 300,
-                 "template": {"metadata": {"labels": {"app.kubernetes.io/component": "verify"}}, "spec": spec}},
+                 "template": {"metadata": {"labels": {"app.kubernetes.io/component": "verify", **(pod_labels or {})}},
+                              "spec": spec}},
     }
+
+
+# HAMi v2.10.0's marks on a pod it scheduled (pkg/util/types.go:21, pkg/device/nvidia/device.go:168).
+HAMI_ASSIGNED_NODE = "hami.io/vgpu-node"
+HAMI_DEVICES_ALLOCATED = "hami.io/vgpu-devices-allocated"
+# What verify prints in the allocatable column of a fake node: capacity the lab wrote, never compared.
+STAND_IN = "stand-in"
+
+
+def hami_problems(pool: str, pod: dict[str, Any], scheduler_name: str) -> list[str]:
+    """``pod``: {name, scheduler, node, annotations} of a verify Job's pod on a HAMi pool. HAMi's webhook must have
+    set its scheduler, and HAMi's extender must have chosen the GPUs (its annotations) for the node it bound."""
+    problems = []
+    if pod["scheduler"] != scheduler_name:
+        problems.append(f"pool {pool}: verify pod {pod['name']} has schedulerName {pod['scheduler']!r}, expected "
+                        f"{scheduler_name!r} (HAMi's webhook did not mutate it)")
+    annotations = pod.get("annotations") or {}
+    if not pod["node"] or annotations.get(HAMI_ASSIGNED_NODE) != pod["node"] or not annotations.get(
+            HAMI_DEVICES_ALLOCATED):
+        problems.append(f"pool {pool}: verify pod {pod['name']} carries no HAMi device assignment for node "
+                        f"{pod['node']} ({HAMI_ASSIGNED_NODE}={annotations.get(HAMI_ASSIGNED_NODE)!r})")
+    return problems
+
+
+def evidence(fake_nodes: int, total_nodes: int, hami: bool) -> list[str]:
+    """Where each check's evidence comes from: upstream code (which component) or a lab stand-in (which one).
+    kube-accel's own output (labels, releases, Jobs) is what is checked; no check compares a lab setting with
+    itself."""
+    real = total_nodes - fake_nodes
+    lines = ["evidence (upstream: code kube-accel runs but does not write"
+             + ("; stand-in: the lab's replacement for what needs a GPU):" if fake_nodes else "):"),
+             "  labels       upstream kube-apiserver: the labels the cluster play wrote, read back",
+             "  daemonset    upstream kube-controller-manager DaemonSet controller placed the releases' pods; Ready "
+             + ("from the kubelet" if not fake_nodes else
+                "from kwok (stand-in for the kubelet)" + (" and the kubelet" if real else ""))]
+    if fake_nodes:
+        lines.append("  allocatable  " + ("upstream device plugins on real nodes; " if real else "")
+                     + f"not checked on the {fake_nodes} fake node(s): their capacity is written by scripts/lab.py "
+                     "(stand-in for the device plugins' kubelet registration)")
+    else:
+        lines.append("  allocatable  upstream device plugins (registered with the kubelet)")
+    lines.append("  job          upstream kube-scheduler placed the Job's pod on the pool; "
+                 + ("run by kwok (stand-in for the kubelet): no GPU ran the Jobs" if fake_nodes else
+                    "run by the kubelet on the pool's GPUs"))
+    if hami:
+        lines.append("  hami         upstream HAMi v2.10.0: its webhook set schedulerName, its extender "
+                     "(hami-scheduler) chose the GPUs and bound the pod"
+                     + (" from the node registration of hami-device-plugin-standin (lab stand-in for HAMi's "
+                        "device plugin)" if fake_nodes else ""))
+    return lines
 
 
 def render_table(rows: list[dict[str, Any]], fake_nodes: int, total_nodes: int) -> str:
     headers = ["pool", "mode", "nodes", "labels", "daemonset", "allocatable", "job", "result"]
+    if any("hami" in r for r in rows):
+        headers.insert(-1, "hami")
     table = [headers] + [[str(r.get(h, "")) for h in headers] for r in rows]
     widths = [max(len(row[i]) for row in table) for i in range(len(headers))]
     # Indexed, not zip(strict=True): module_utils run on the hosts' Python, 3.9 on RHEL 9.
     lines = ["  ".join(row[i].ljust(widths[i]) for i in range(len(headers))).rstrip() for row in table]
     lines.insert(1, "  ".join("-" * w for w in widths))
     if fake_nodes:
-        lines.append(f"note: {fake_nodes} of {total_nodes} nodes are kwok fakes (lab): no GPU ran the Jobs; "
-                     "scheduling, device-plugin rollout and advertised resources were checked for real.")
+        lines.append(f"note: {fake_nodes} of {total_nodes} nodes are kwok fakes (lab): no GPU ran the Jobs.")
+    lines += evidence(fake_nodes, total_nodes, any("hami" in r for r in rows))
     return "\n".join(lines)

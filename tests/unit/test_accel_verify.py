@@ -42,3 +42,34 @@ def test_table_mentions_fake_nodes():
     assert "mps" in text.splitlines()[2] and "PASS" in text.splitlines()[2]
     assert "1 of 1 nodes are kwok fakes" in text
     assert "kwok" not in av.render_table(rows, 0, 1)
+
+
+def test_table_names_each_checks_source_and_never_checks_lab_capacity():
+    rows = [{"pool": "h", "mode": "vgpu", "nodes": 2, "labels": "ok", "daemonset": "ok", "allocatable": av.STAND_IN,
+             "job": "completed on n", "hami": "ok", "result": "PASS"}]
+    text = av.render_table(rows, 2, 2)
+    assert text.splitlines()[0].split()[-2:] == ["hami", "result"]
+    evidence = text[text.index("evidence"):]
+    assert "upstream kube-apiserver" in evidence and "upstream kube-controller-manager" in evidence
+    assert "kwok (stand-in for the kubelet)" in evidence
+    assert "not checked on the 2 fake node(s)" in evidence and "scripts/lab.py" in evidence
+    assert "upstream HAMi v2.10.0" in evidence and "hami-device-plugin-standin" in evidence
+    real = av.render_table([{**rows[0], "allocatable": "ok"}], 0, 2)
+    assert "stand-in" not in real and "upstream device plugins" in real
+
+
+def test_hami_problems_need_hamis_scheduler_and_assignment():
+    good = {"name": "p", "scheduler": "hami-scheduler", "node": "n1",
+            "annotations": {av.HAMI_ASSIGNED_NODE: "n1", av.HAMI_DEVICES_ALLOCATED: "GPU-1,NVIDIA,1000,0:;"}}
+    assert av.hami_problems("h", good, "hami-scheduler") == []
+    assert "webhook did not mutate" in av.hami_problems("h", {**good, "scheduler": "default-scheduler"},
+                                                        "hami-scheduler")[0]
+    assert "no HAMi device assignment" in av.hami_problems("h", {**good, "annotations": {}}, "hami-scheduler")[0]
+    assert av.hami_problems("h", {**good, "node": None}, "hami-scheduler")
+
+
+def test_job_pod_labels():
+    job = av.job_manifest("j", "ns", "k", "p", {"nvidia.com/gpu": "1"}, "img", ["true"], None,
+                          {"hami.io/webhook": "ignore"})
+    assert job["spec"]["template"]["metadata"]["labels"] == {"app.kubernetes.io/component": "verify",
+                                                             "hami.io/webhook": "ignore"}

@@ -21,6 +21,7 @@ import shutil
 import subprocess
 import sys
 import time
+import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -171,9 +172,10 @@ def gpu_summary(snapshot: Path) -> tuple[int, str, int]:
     return facts["count"], gpus[0]["name"], int(gpus[0]["memory_total_mib"])
 
 
-def node_manifest(name: str, hostvars: dict, pool_labels: bool = True) -> dict:
-    """A fake node as the host's kubelet and device plugin would publish it; ``pool_labels`` adds the labels the
-    cluster play sets, so the lab is usable before that play ran."""
+def node_manifest(name: str, hostvars: dict) -> dict:
+    """A fake node as a fresh cluster's node: no kube-accel labels (the cluster play sets them). Its GPU capacity
+    and the gpu-feature-discovery labels are the lab's stand-in for the device plugin and GFD (recorded NVML
+    snapshot); verify does not count that capacity as evidence on fake nodes."""
     settings = accel_pools.pool_settings(hostvars)
     count, product, memory = gpu_summary(NVML_DATA / f"{settings['lab_gpu']}.json")
     resources = {k: str(v) for k, v in accel_pools.advertised_resources(settings, count, memory).items()}
@@ -187,7 +189,6 @@ def node_manifest(name: str, hostvars: dict, pool_labels: bool = True) -> dict:
         "nvidia.com/gpu.product": product.replace(" ", "-"),
         "nvidia.com/gpu.memory": str(memory),
         "nvidia.com/gpu.count": str(count),
-        **(accel_pools.node_labels(settings) if pool_labels else {}),
     }
     return {
         "apiVersion": "v1",
@@ -218,12 +219,12 @@ def node_names_ready(api) -> tuple[set[str], set[str]]:
     return {n["metadata"]["name"] for n in items}, ready
 
 
-def apply_nodes(site: Site, hosts: dict[str, dict], pool_labels: bool = True) -> None:
+def apply_nodes(site: Site, hosts: dict[str, dict]) -> None:
     api = node_api(site)
     existing, _ = node_names_ready(api)
 
     def apply(name: str) -> None:
-        body = node_manifest(name, hosts[name], pool_labels)
+        body = node_manifest(name, hosts[name])
         if name in existing:
             api.patch_node(name, {"metadata": {"labels": body["metadata"]["labels"]}}, _preload_content=False)
         else:
@@ -312,13 +313,50 @@ def up(args: argparse.Namespace) -> None:
         )
         log(f"control plane up in {time.time() - started:.1f} s")
     hosts = gpu_hosts(inventory(site.inventory))
-    apply_nodes(site, hosts, pool_labels=not args.unlabelled)
+    apply_nodes(site, hosts)
     if not args.no_hosts:
         start_hosts(site, hosts)
+    if not args.no_upstream:
+        start_upstream(site, hosts)
+
+
+def start_upstream(site: Site, hosts: dict[str, dict]) -> None:
+    """Upstream controllers as lab processes (scripts/lab_upstream.py): HAMi's extender, webhook and kube-scheduler
+    for a vgpu-hami pool, with the HAMi device-plugin stand-in. Already running: left alone."""
+    import lab_upstream  # noqa: PLC0415
+
+    if lab_upstream.running(site.root):
+        log(f"upstream processes already running: {sorted(lab_upstream.running(site.root))}")
+        return
+    first = hosts[sorted(hosts)[0]] if hosts else {}
+    cluster = {"image_registry": first.get("accel_image_registry") or "",
+               "image_pull_secrets": first.get("accel_image_pull_secrets") or [], "runtime_class": "nvidia"}
+    release = lab_upstream.hami_release(hosts, cluster)
+    if release is None:
+        return
+    started = time.time()
+    gpus = {}
+    for name, hv in hosts.items():
+        if accel_pools.pool_settings(hv).get("pool") in release["pools"]:
+            from ansible.module_utils import accel_gpu_facts  # noqa: PLC0415
+
+            snapshot = NVML_DATA / f"{accel_pools.pool_settings(hv)['lab_gpu']}.json"
+            recorded = accel_gpu_facts.gather(accel_gpu_facts.RecordedSource.from_file(str(snapshot)))["gpus"]
+            # Lab hosts share snapshots; real GPUs' UUIDs are unique, so each host gets its own, derived.
+            gpus[name] = [{**g, "uuid": "GPU-" + str(uuid.uuid5(uuid.NAMESPACE_URL, name + "/" + g["uuid"]))}
+                          for g in recorded]
+    (site.root / "hami").mkdir(exist_ok=True)
+    (site.root / "hami" / "hosts.json").write_text(json.dumps(gpus))
+    namespace = first.get("accel_namespace") or "kube-accel"
+    lab_upstream.start_hami(site.root, site.kubeconfig, release, namespace, versions()["K8S_VERSION"].lstrip("v"))
+    log(f"HAMi scheduler, kube-scheduler and device-plugin stand-in up in {time.time() - started:.1f} s")
 
 
 def down(args: argparse.Namespace) -> None:
     site = site_of(args)
+    import lab_upstream  # noqa: PLC0415
+
+    lab_upstream.stop_all(site.root)  # by PID, before the API server they talk to goes
     stop_hosts(site)
     if (site.root / "kwok").exists():
         run(str(BIN / "kwokctl"), "--name", site.name, "delete", "cluster", check=False, env=kwok_env(site),
@@ -334,6 +372,10 @@ def status(args: argparse.Namespace) -> None:
         print("cluster: down")
         sys.exit(1)
     print("cluster: up")
+    import lab_upstream  # noqa: PLC0415
+
+    for name, pid in lab_upstream.running(site.root).items():
+        print(f"process: {name} (pid {pid})")
     run(str(BIN / "kubectl"), "--kubeconfig", str(site.kubeconfig), "get", "nodes", "-L",
         accel_constants.LABELS["pool"], capture=False)
 
@@ -347,8 +389,8 @@ def main() -> None:
     p_up.add_argument("--skip-toolchain", action="store_true", help="do not (re)check the toolchain")
     p_up.add_argument("--no-hosts", action="store_true", help="cluster and fake nodes only, no podman hosts")
     p_up.add_argument("--inventory", help="inventory whose GPU hosts become fake nodes (default inventories/lab)")
-    p_up.add_argument("--unlabelled", action="store_true",
-                      help="fake nodes without kube-accel's labels, as before the cluster play first ran")
+    p_up.add_argument("--no-upstream", action="store_true",
+                      help="no upstream controllers as lab processes (HAMi scheduler, webhook; lab_upstream.py)")
     p_up.add_argument("--audit-nodes", action="store_true",
                       help="log every request on nodes to the cluster's audit.log (new clusters only)")
     p_up.set_defaults(func=up)

@@ -1,6 +1,7 @@
 """Session fixture ``lab``: the local lab cluster (scripts/lab.py), started if it is not running.
 
-A lab this fixture started is torn down at the end of the session unless KUBE_ACCEL_KEEP_LAB=1.
+A lab this fixture started is torn down at the end of the session unless KUBE_ACCEL_KEEP_LAB=1. Its nodes start
+without kube-accel labels (a fresh cluster's); the fixture labels them with the cluster play's pool_labels role.
 """
 
 from __future__ import annotations
@@ -46,6 +47,14 @@ def lab() -> Lab:
         proc = _lab("up", "--skip-toolchain")
         if proc.returncode != 0:
             pytest.fail(f"lab did not start:\n{proc.stdout}\n{proc.stderr}")
+    # The lab's nodes start unlabelled, as a fresh cluster's: label them with the cluster play's own role.
+    label = subprocess.run(
+        [str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(REPO / "inventories" / "lab" / "hosts.yml"),
+         str(REPO / "tests" / "lab_label_pools.yml")],
+        cwd=REPO, capture_output=True, text=True, check=False, timeout=300,
+        env={**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1"})
+    if label.returncode != 0:
+        pytest.fail(f"labelling the lab's pools failed:\n{label.stdout[-3000:]}\n{label.stderr[-2000:]}")
     from kubernetes import client, config  # noqa: PLC0415
 
     kubeconfig = REPO / ".lab" / "kubeconfig"

@@ -239,7 +239,7 @@ def cluster_size(size: int, work: Path) -> tuple[list[Row], dict]:
     lab("down")
     log(f"cluster: fresh lab with {size} fake GPU nodes")
     with stopwatch() as t:
-        lab("up", "--skip-toolchain", "--no-hosts", "--unlabelled", "--audit-nodes", "--inventory", str(inventory))
+        lab("up", "--skip-toolchain", "--no-hosts", "--no-upstream", "--audit-nodes", "--inventory", str(inventory))
     log(f"  lab up in {t[0]:.1f} s, idle {wait_idle():.0f} s later")
     rows, facts = [], {}
     _, audited = label_requests(0)

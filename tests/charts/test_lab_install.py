@@ -99,7 +99,8 @@ def test_install(lab, tmp_path: Path, release: str, which: str):
             assert live["status"].get("numberReady", 0) == len(expected)
         if chart in ("pgpu", "mps"):
             # The test Job requests the mode's resource from the fake nodes' capacity and completes on kwok.
-            # (vgpu test pods need HAMi's / GPU-Manager's scheduler, which does not run on kwok's fake pods.)
+            # (vgpu test pods: HAMi's scheduler runs as a lab process for the cluster play's release, proven in
+            # tests/integration/test_hami_lab.py; GPU-Manager's scheduler does not run in the lab.)
             test = helm_run(lab, binary, "test", release, "--namespace", NAMESPACE, "--timeout", "3m")
             assert test.returncode == 0, f"{which} test {release}:\n{test.stdout}\n{test.stderr}"
     finally:

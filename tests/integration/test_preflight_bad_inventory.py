@@ -133,7 +133,8 @@ def test_lab_inventory_passes_preflight():
     proc, _ = playbook("ansible/preflight.yml", "-i", "inventories/lab", *LOCAL)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     stats = recap(proc.stdout)
-    assert set(stats) == {"lab-hami-0", "lab-vcuda-0", "lab-pgpu-0", "lab-mps-0", "lab-mig-0", "lab-timeslice-0"}
+    assert set(stats) == {"lab-hami-0", "lab-hami-1", "lab-vcuda-0", "lab-pgpu-0", "lab-mps-0", "lab-mig-0",
+                          "lab-timeslice-0"}
     assert all(s["changed"] == 0 and s["failed"] == 0 for s in stats.values()), stats
     assert "lab-mig-0: plan OK (1 GPU(s); source snapshot:a100-80gb-mig)" in proc.stdout
 

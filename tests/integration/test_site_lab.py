@@ -52,12 +52,18 @@ def converged(lab):
 
 def test_site_verifies_every_pool(converged):
     out, recap = converged
-    assert set(recap) >= {"lab-control-plane", "lab-hami-0", "lab-vcuda-0", "lab-pgpu-0", "lab-mps-0", "lab-mig-0"}
+    assert set(recap) >= {"lab-control-plane", "lab-hami-0", "lab-hami-1", "lab-vcuda-0", "lab-pgpu-0", "lab-mps-0",
+                          "lab-mig-0"}
     assert all(r["failed"] == 0 and r["unreachable"] == 0 for r in recap.values())
     table = [line for line in out.stdout.splitlines() if re.search(r"\b(PASS|FAIL)\b", line)]
     assert len(table) == 5, out.stdout[-3000:]
     assert all("PASS" in line and "completed on lab-" in line for line in table)
     assert "nodes are kwok fakes" in out.stdout
+    # HAMi's own webhook and extender (lab processes) scheduled the vgpu-hami Job; the table says so.
+    (hami,) = [line for line in table if re.search(r"\bvgpu-hami\b", line)]
+    assert re.search(r"\bok\s+PASS\b", hami), hami
+    assert "upstream HAMi v2.10.0" in out.stdout and "hami-device-plugin-standin" in out.stdout
+    assert re.search(r"allocatable\s+not checked on the \d+ fake node", out.stdout)
 
 
 def test_second_run_changes_nothing_and_calls_no_upgrade(lab, converged):
@@ -87,7 +93,7 @@ def test_unreachable_host_fails_alone(lab, converged):
     extra = REPO / "inventories" / ".tmp-unreachable"
     extra.mkdir(exist_ok=True)
     inventory = extra / "hosts.yml"
-    # One more MPS host whose container does not exist: unreachable. 1 of 6 hosts stays under the 20 % limit.
+    # One more MPS host whose container does not exist: unreachable. 1 of 8 hosts stays under the 20 % limit.
     inventory.write_text(
         "all:\n  children:\n    gpu_pools:\n      children:\n        pool_mps:\n          hosts:\n"
         "            lab-mps-gone:\n"
@@ -101,6 +107,6 @@ def test_unreachable_host_fails_alone(lab, converged):
     gone = recap["lab-mps-gone"]
     assert gone["ok"] == 0 and gone["failed"] + gone["unreachable"] >= 1, proc.stdout[-3000:]
     assert proc.returncode != 0
-    for host in ("lab-hami-0", "lab-vcuda-0", "lab-pgpu-0", "lab-mps-0", "lab-mig-0"):
+    for host in ("lab-hami-0", "lab-hami-1", "lab-vcuda-0", "lab-pgpu-0", "lab-mps-0", "lab-mig-0"):
         assert recap[host]["failed"] == 0 and recap[host]["unreachable"] == 0, proc.stdout[-3000:]
         assert recap[host]["ok"] > 10  # the hosts play ran to its end there

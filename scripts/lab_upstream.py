@@ -1,0 +1,364 @@
+"""Upstream components the lab runs as local processes (issue 15), and the lab's stand-ins for what needs a GPU.
+
+Upstream code (binaries built by scripts/upstream.sh, configured exactly as the charts configure them):
+  hami-scheduler   HAMi v2.10.0 scheduler extender and mutating webhook (cmd/scheduler) with the vgpu chart's
+                   command and env; only its listen addresses move to 127.0.0.1 and its files under .lab/
+  kube-scheduler   a second kube-scheduler of the lab's version with the vgpu chart's KubeSchedulerConfiguration;
+                   only clientConnection.kubeconfig is added and the extender's urlPrefix points at the local port
+Stand-ins (lab code, named "stand-in" in logs, processes and the verify table):
+  hami-device-plugin-standin   for HAMi's device plugin: on nodes that run the vgpu chart's device-plugin pod it
+                   writes HAMi's node registration (hami.io/node-nvidia-register, HAMi's JSON encoding) for the
+                   host's recorded GPUs and the deployed device config, and completes allocations as the
+                   plugin's Allocate does (hami.io/bind-phase=success, hami.io/mutex.lock released)
+
+The API server reaches the webhook through a lab MutatingWebhookConfiguration: a copy of the chart's rendered
+webhook (rules, selectors, failurePolicy) whose clientConfig is a URL on 127.0.0.1 with the lab's own CA. The
+chart's copy names a Service, which a kwok cluster cannot route to (no pod network, no kube-proxy).
+
+Every process writes .lab/procs/NAME.log and NAME.pid; `lab.py down` stops them by PID. A component that does
+not come up stops `lab.py up` with its own last log lines.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+
+import yaml
+
+REPO = Path(__file__).resolve().parent.parent
+CACHE = Path(os.environ.get("KA_CACHE", Path.home() / ".cache" / "kube-accel"))
+UPSTREAM_BIN = CACHE / "upstream" / "bin"
+BIN = CACHE / "bin"
+LAB_WEBHOOK = "kube-accel-lab-hami-webhook"
+STANDIN = "hami-device-plugin-standin"
+# HAMi v2.10.0 names (pkg/device/nvidia/device.go:41-42, pkg/util/types.go:21-27, pkg/util/nodelock/nodelock.go:40).
+HAMI_REGISTER = "hami.io/node-nvidia-register"
+HAMI_BIND_PHASE = "hami.io/bind-phase"
+HAMI_NODE_LOCK = "hami.io/mutex.lock"
+HAMI_ASSIGNED_NODE = "hami.io/vgpu-node"
+HAMI_DEVICES_ALLOCATED = "hami.io/vgpu-devices-allocated"
+START_TIMEOUT = 60
+
+
+def log(msg: str) -> None:
+    print(f"[lab] {msg}", file=sys.stderr, flush=True)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+# -- processes ------------------------------------------------------------------------------------------------
+
+
+def procs_dir(root: Path) -> Path:
+    path = root / "procs"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def last_lines(path: Path, n: int = 30) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-n:])
+    except OSError:
+        return "(no log)"
+
+
+def pid_alive(pid: int, exe: str) -> bool:
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    return bool(cmdline) and exe.encode() in b" ".join(cmdline[:2])
+
+
+def start(root: Path, name: str, argv: list[str], env: dict[str, str], ready: Callable[[], bool],
+          timeout: int = START_TIMEOUT) -> int:
+    """Start ``argv`` as lab process NAME (log and PID under .lab/procs) and wait until ``ready()``; on failure
+    stop it and exit with its last log lines."""
+    if not Path(argv[0]).exists():
+        sys.exit(f"[lab] {name}: {argv[0]} is not built: run `scripts/upstream.sh all` (make toolchain does)")
+    d = procs_dir(root)
+    logfile = d / f"{name}.log"
+    started = time.time()
+    with logfile.open("w") as out:
+        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), **env}, cwd=root,
+                                start_new_session=True)
+    (d / f"{name}.pid").write_text(f"{proc.pid} {argv[0]}\n")
+    while time.time() - started < timeout:
+        if proc.poll() is not None:
+            break
+        try:
+            # pid_alive: the child has exec'd the component (stop_one and running() look for it by name).
+            if pid_alive(proc.pid, argv[0]) and ready():
+                log(f"{name} up in {time.time() - started:.1f} s (pid {proc.pid}, log {logfile})")
+                return proc.pid
+        except Exception:  # noqa: BLE001, S110 - not answering yet is what we wait for
+            pass
+        time.sleep(0.2)
+    stop_one(d, name)
+    reason = f"exited with {proc.returncode}" if proc.returncode is not None else f"not ready after {timeout} s"
+    sys.exit(f"[lab] {name} {reason}; its last log lines ({logfile}):\n{last_lines(logfile)}")
+
+
+def stop_one(d: Path, name: str) -> None:
+    pidfile = d / f"{name}.pid"
+    if not pidfile.exists():
+        return
+    pid_s, _, exe = pidfile.read_text().strip().partition(" ")
+    pid = int(pid_s)
+    # Only the process this lab started: same PID and still the same executable.
+    if pid_alive(pid, exe):
+        os.kill(pid, signal.SIGTERM)
+        for _ in range(50):
+            if not pid_alive(pid, exe):
+                break
+            time.sleep(0.1)
+        else:
+            os.kill(pid, signal.SIGKILL)
+    pidfile.unlink()
+
+
+def stop_all(root: Path) -> None:
+    d = root / "procs"
+    if not d.exists():
+        return
+    for pidfile in sorted(d.glob("*.pid")):
+        stop_one(d, pidfile.stem)
+        log(f"{pidfile.stem} stopped")
+
+
+def running(root: Path) -> dict[str, int]:
+    d = root / "procs"
+    out = {}
+    for pidfile in sorted(d.glob("*.pid")) if d.exists() else []:
+        pid_s, _, exe = pidfile.read_text().strip().partition(" ")
+        if pid_alive(int(pid_s), exe):
+            out[pidfile.stem] = int(pid_s)
+    return out
+
+
+# -- the vgpu chart rendered with the lab's release values ---------------------------------------------------
+
+
+def hami_release(hosts: dict[str, dict], cluster: dict) -> dict | None:
+    """The lab's vgpu-hami release exactly as the cluster play computes it (accel_releases), or None."""
+    return next((r for r in releases(hosts, cluster) if r["key"] == "vgpu-hami"), None)
+
+
+def releases(hosts: dict[str, dict], cluster: dict) -> list[dict]:
+    """The releases the cluster play installs for these hosts (accel_releases: name, key, chart, values, pools)."""
+    import importlib.util  # noqa: PLC0415
+
+    from ansible.module_utils import accel_pools  # noqa: PLC0415
+
+    # The cluster play's filter (plugins/filter/accel_pools.py), loaded by path: its name is module_utils' too.
+    spec = importlib.util.spec_from_file_location("ka_filter_accel_pools", REPO / "plugins/filter/accel_pools.py")
+    filters = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(filters)
+    return filters.accel_releases(accel_pools.collect_pools(hosts), cluster)
+
+
+def render(release: dict, namespace: str, kube_version: str, workdir: Path) -> list[dict]:
+    values = workdir / "values.yaml"
+    values.write_text(yaml.safe_dump(release["values"]))
+    proc = subprocess.run([str(BIN / "helm"), "template", release["name"], str(REPO / "charts" / release["chart"]),
+                           "--namespace", namespace, "--kube-version", kube_version, "--values", str(values)],
+                          capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        sys.exit(f"[lab] helm template {release['name']} failed:\n{proc.stderr}")
+    return [o for o in yaml.safe_load_all(proc.stdout) if o]
+
+
+def one(objs: list[dict], kind: str, name: str) -> dict:
+    found = [o for o in objs if o["kind"] == kind and o["metadata"]["name"] == name]
+    if len(found) != 1:
+        sys.exit(f"[lab] rendered chart has {len(found)} {kind} {name}")
+    return found[0]
+
+
+def container(obj: dict, name: str) -> dict:
+    return next(c for c in obj["spec"]["template"]["spec"]["containers"] if c["name"] == name)
+
+
+def certificate(workdir: Path) -> tuple[Path, Path]:
+    """A self-signed serving certificate for 127.0.0.1 (also the webhook's caBundle)."""
+    crt, key = workdir / "tls.crt", workdir / "tls.key"
+    if not crt.exists():
+        subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "30",
+                        "-subj", "/CN=kube-accel-lab-hami", "-addext", "subjectAltName=IP:127.0.0.1",
+                        "-keyout", str(key), "-out", str(crt)], check=True, capture_output=True)
+    return crt, key
+
+
+def https_ok(url: str) -> bool:
+    ctx = ssl.create_default_context()
+    ctx.check_hostname, ctx.verify_mode = False, ssl.CERT_NONE
+    with urllib.request.urlopen(url, context=ctx, timeout=2) as r:  # noqa: S310 - https on 127.0.0.1
+        return r.status == 200
+
+
+def start_hami(root: Path, kubeconfig: Path, release: dict, namespace: str, kube_version: str) -> dict:
+    """hami-scheduler and its kube-scheduler as the chart runs them, the lab webhook, the device-plugin stand-in."""
+    workdir = root / "hami"
+    workdir.mkdir(parents=True, exist_ok=True)
+    objs = render(release, namespace, kube_version, workdir)
+    name = release["name"]
+    dep = one(objs, "Deployment", f"{name}-scheduler")
+    ext = container(dep, "vgpu-scheduler-extender")
+    ks = container(dep, "kube-scheduler")
+    device_config = workdir / "device-config.yaml"
+    device_config.write_text(one(objs, "ConfigMap", f"{name}-device-config")["data"]["device-config.yaml"])
+    crt, key = certificate(workdir)
+    port, metrics = free_port(), free_port()
+    # The chart's command, with the files it mounts moved under .lab/hami and its listen addresses on 127.0.0.1
+    # (pflag: the last value of a flag wins, so the chart's own values stay visible in the log).
+    args = [a.replace("=/device-config.yaml", f"={device_config}").replace("=/tls/tls.crt", f"={crt}")
+            .replace("=/tls/tls.key", f"={key}") for a in ext["command"][1:]]
+    args += [f"--http_bind=127.0.0.1:{port}", f"--metrics-bind-address=127.0.0.1:{metrics}"]
+    field = {"metadata.name": "lab-hami-scheduler", "metadata.namespace": namespace}
+    env = {e["name"]: field[e["valueFrom"]["fieldRef"]["fieldPath"]] if "valueFrom" in e else e["value"]
+           for e in ext.get("env", [])}
+    env["KUBECONFIG"] = str(kubeconfig)
+    start(root, "hami-scheduler", [str(UPSTREAM_BIN / "hami-scheduler"), *args], env,
+          lambda: https_ok(f"https://127.0.0.1:{port}/healthz"))
+
+    config = yaml.safe_load(one(objs, "ConfigMap", f"{name}-scheduler-config")["data"]["config.yaml"])
+    config["clientConnection"] = {"kubeconfig": str(kubeconfig)}
+    for extender in config.get("extenders", []):
+        if extender["urlPrefix"] == "https://127.0.0.1:8443":
+            extender["urlPrefix"] = f"https://127.0.0.1:{port}"
+    (workdir / "scheduler-config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+    ks_port = free_port()
+    ks_args = [a.replace("=/etc/kube-accel/scheduler/config.yaml", f"={workdir / 'scheduler-config.yaml'}")
+               .replace("=/var/run/kube-scheduler", f"={workdir / 'kube-scheduler-certs'}") for a in ks["command"][1:]]
+    ks_args += ["--bind-address=127.0.0.1", f"--secure-port={ks_port}"]
+    start(root, "hami-kube-scheduler", [str(BIN / "kube-scheduler"), *ks_args], {},
+          lambda: https_ok(f"https://127.0.0.1:{ks_port}/healthz"))
+
+    hook = one(objs, "MutatingWebhookConfiguration", f"{name}-webhook")
+    webhooks = []
+    for rendered in hook["webhooks"]:
+        path = rendered["clientConfig"]["service"]["path"]
+        webhooks.append({**rendered, "clientConfig": {"url": f"https://127.0.0.1:{port}{path}",
+                                                      "caBundle": base64.b64encode(crt.read_bytes()).decode()}})
+    lab_hook = {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingWebhookConfiguration",
+                "metadata": {"name": LAB_WEBHOOK, "labels": {"kube-accel.lab": "true"},
+                             "annotations": {"kube-accel.lab/copy-of": hook["metadata"]["name"]}},
+                "webhooks": webhooks}
+    (workdir / "webhook.yaml").write_text(yaml.safe_dump(lab_hook, sort_keys=False))
+    kubectl = [str(BIN / "kubectl"), "--kubeconfig", str(kubeconfig)]
+    proc = subprocess.run([*kubectl, "apply", "--server-side", "--force-conflicts", "-f",
+                           str(workdir / "webhook.yaml")], capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        sys.exit(f"[lab] lab webhook {LAB_WEBHOOK}: {proc.stderr}")
+    ready = procs_dir(root) / f"{STANDIN}.ready"
+    ready.unlink(missing_ok=True)
+    start(root, STANDIN, [sys.executable, str(Path(__file__).resolve()), "standin", "--dir", str(root),
+                          "--inventory-json", str(workdir / "hosts.json")],
+          {"PYTHONUNBUFFERED": "1"}, ready.exists)
+    info = {"release": name, "namespace": namespace, "port": port, "metrics_port": metrics,
+            "kube_scheduler_port": ks_port, "scheduler_name": release["values"].get("hami", {}).get(
+                "schedulerName", "hami-scheduler"), "webhook": LAB_WEBHOOK}
+    (workdir / "info.json").write_text(json.dumps(info, indent=1))
+    return info
+
+
+# -- the HAMi device-plugin stand-in ---------------------------------------------------------------------------
+
+
+def registration(gpus: list[dict], device_config: dict) -> list[dict]:
+    """HAMi's DeviceInfo list for the recorded GPUs, as the plugin builds it (plugin/register.go:118-189) and
+    device.MarshalNodeDevices encodes it (field order and omitempty of pkg/device/devices.go:127)."""
+    nv = device_config.get("nvidia", {})
+    split = int(nv.get("deviceSplitCount", 10))
+    mem_scaling = float(nv.get("deviceMemoryScaling", 1))
+    core_scaling = float(nv.get("deviceCoreScaling", 1))
+    out = []
+    for idx, gpu in enumerate(gpus):
+        model = gpu["name"] if gpu["name"].startswith("NVIDIA") else f"NVIDIA-{gpu['name']}"
+        mem = int(gpu["memory_total_mib"])
+        if mem_scaling != 1:
+            mem = int(mem * mem_scaling)
+        info = {"id": gpu["uuid"], "index": idx, "count": split, "devmem": mem, "devcore": int(core_scaling * 100),
+                "type": model, "numa": int(gpu.get("numa_node") or 0), "mode": "hami-core", "health": True}
+        out.append({k: v for k, v in info.items() if v not in (0, "", None, False)})
+    return out
+
+
+def standin(root: Path, hosts_json: Path) -> None:
+    """Loop of the HAMi device-plugin stand-in (see the module docstring)."""
+    from kubernetes import client, config  # noqa: PLC0415
+
+    gpus_of: dict[str, list[dict]] = json.loads(hosts_json.read_text())
+    api = client.CoreV1Api(config.new_client_from_config(str(root / "kubeconfig")))
+    ready = procs_dir(root) / f"{STANDIN}.ready"
+    print(f"{STANDIN}: lab stand-in for HAMi's device plugin on {sorted(gpus_of)}", flush=True)
+    written: dict[str, str] = {}
+    while True:
+        try:
+            pods = json.loads(api.list_pod_for_all_namespaces(_preload_content=False).data)["items"]
+            plugin_nodes = {}
+            for pod in pods:
+                spec, meta = pod["spec"], pod["metadata"]
+                if (meta.get("labels", {}).get("app.kubernetes.io/component") == "device-plugin"
+                        and any("projecthami/hami" in c["image"] for c in spec["containers"])
+                        and spec.get("nodeName") in gpus_of and pod["status"].get("phase") == "Running"):
+                    plugin_nodes[spec["nodeName"]] = (meta["namespace"], meta["labels"]["app.kubernetes.io/instance"])
+            for node, (ns, instance) in sorted(plugin_nodes.items()):
+                cms = api.list_namespaced_config_map(ns, label_selector=f"app.kubernetes.io/instance={instance}")
+                dc = next((yaml.safe_load(cm.data["device-config.yaml"]) for cm in cms.items
+                           if "device-config.yaml" in (cm.data or {})), None)
+                if dc is None:
+                    continue
+                value = json.dumps(registration(gpus_of[node], dc), separators=(",", ":"))
+                if written.get(node) != value:
+                    api.patch_node(node, {"metadata": {"annotations": {HAMI_REGISTER: value}}})
+                    written[node] = value
+                    print(f"registered {len(gpus_of[node])} GPUs of {node} ({instance})", flush=True)
+            for pod in pods:
+                meta, node = pod["metadata"], pod["spec"].get("nodeName")
+                if node not in plugin_nodes or meta.get("annotations", {}).get(HAMI_BIND_PHASE) != "allocating":
+                    continue
+                # What the plugin's Allocate does once the kubelet asks (plugin/util.go:397-405).
+                api.patch_namespaced_pod(meta["name"], meta["namespace"],
+                                         {"metadata": {"annotations": {HAMI_BIND_PHASE: "success"}}})
+                n = api.read_node(node)
+                lock = (n.metadata.annotations or {}).get(HAMI_NODE_LOCK, "")
+                if lock.endswith(f",{meta['namespace']},{meta['name']}"):
+                    api.patch_node(node, {"metadata": {"annotations": {HAMI_NODE_LOCK: None},
+                                                       "resourceVersion": n.metadata.resource_version}})
+                print(f"allocated {meta['namespace']}/{meta['name']} on {node}", flush=True)
+            ready.touch()
+        except Exception as exc:  # noqa: BLE001 - keep serving; the log says what went wrong
+            print(f"error: {exc}", flush=True)
+        time.sleep(1)
+
+
+def main() -> None:
+    import argparse  # noqa: PLC0415
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("cmd", choices=["standin"])
+    parser.add_argument("--dir", required=True)
+    parser.add_argument("--inventory-json", required=True)
+    args = parser.parse_args()
+    standin(Path(args.dir), Path(args.inventory_json))
+
+
+if __name__ == "__main__":
+    main()

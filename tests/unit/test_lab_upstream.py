@@ -1,0 +1,56 @@
+"""scripts/lab_upstream.py: lab processes fail loudly and stop by PID; the HAMi stand-in's registration format."""
+
+from __future__ import annotations
+
+import json
+
+import lab  # scripts/lab.py (also installs the module_utils finder)
+import lab_upstream
+import pytest
+
+
+def test_a_component_that_dies_stops_up_with_its_own_last_log_lines(tmp_path):
+    with pytest.raises(SystemExit) as exc:
+        lab_upstream.start(tmp_path, "broken", ["/bin/sh", "-c", "echo first; echo 'flag provided but not defined'; "
+                                                "exit 3"], {}, lambda: False, timeout=10)
+    assert "broken exited with 3" in str(exc.value) and "flag provided but not defined" in str(exc.value)
+    assert not (tmp_path / "procs" / "broken.pid").exists()
+
+
+def test_a_component_that_never_gets_ready_is_stopped(tmp_path):
+    with pytest.raises(SystemExit) as exc:
+        lab_upstream.start(tmp_path, "slow", ["/bin/sh", "-c", "echo waiting; exec sleep 60"], {}, lambda: False,
+                           timeout=1)
+    assert "not ready after 1 s" in str(exc.value) and "waiting" in str(exc.value)
+    assert lab_upstream.running(tmp_path) == {}
+
+
+def test_stop_all_stops_by_pid_only_what_the_lab_started(tmp_path):
+    pid = lab_upstream.start(tmp_path, "sleeper", ["/bin/sleep", "60"], {}, lambda: True)
+    assert lab_upstream.running(tmp_path) == {"sleeper": pid}
+    # A PID file whose process is now another program is not killed.
+    (tmp_path / "procs" / "other.pid").write_text(f"{pid} /not/this/program\n")
+    lab_upstream.stop_all(tmp_path)
+    assert lab_upstream.running(tmp_path) == {}
+    assert not list((tmp_path / "procs").glob("*.pid"))
+
+
+def test_registration_is_hamis_json_encoding():
+    gpus = [{"uuid": "GPU-a", "name": "NVIDIA H100 80GB HBM3", "memory_total_mib": 81559, "numa_node": 0},
+            {"uuid": "GPU-b", "name": "Tesla T4", "memory_total_mib": 15360, "numa_node": 1}]
+    regs = lab_upstream.registration(gpus, {"nvidia": {"deviceSplitCount": 4, "deviceMemoryScaling": 1.5,
+                                                       "deviceCoreScaling": 1}})
+    # json tags and omitempty of HAMi's DeviceInfo: index 0 and numa 0 are left out.
+    assert regs[0] == {"id": "GPU-a", "count": 4, "devmem": 122338, "devcore": 100, "type": "NVIDIA H100 80GB HBM3",
+                       "mode": "hami-core", "health": True}
+    assert regs[1]["type"] == "NVIDIA-Tesla T4" and regs[1]["index"] == 1 and regs[1]["numa"] == 1
+    assert json.loads(json.dumps(regs)) == regs
+
+
+def test_fresh_lab_nodes_carry_no_kube_accel_labels():
+    """The lab's nodes are a fresh cluster's: every kube-accel label comes from the cluster play."""
+    hosts = lab.gpu_hosts(lab.inventory())
+    for name, hostvars in hosts.items():
+        labels = lab.node_manifest(name, hostvars)["metadata"]["labels"]
+        assert not [k for k in labels if k.startswith("kube-accel.io/")], name
+        assert "nvidia.com/device-plugin.config" not in labels and "nvidia.com/gpu.present" not in labels

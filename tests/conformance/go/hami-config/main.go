@@ -2,10 +2,15 @@
 //
 //	ka-conform-hami-config device-config FILE   # the scheduler/device-plugin device-config.yaml
 //	ka-conform-hami-config node-config FILE     # the device plugin's /config/config.json
+//	ka-conform-hami-config decode NODE DEVCFG   # a Node (JSON) as HAMi's scheduler reads its registration
 //
 // Both are decoded strictly (an unknown or misspelt key is an error, where HAMi itself would silently ignore
 // it), then handed to HAMi's loader (config.LoadConfig + config.InitDevicesWithConfig for the device config).
 // On success the decoded NVIDIA part is printed as JSON for the test to compare with the chart values.
+//
+// decode initialises HAMi's devices from DEVCFG (config.LoadConfig + config.InitDevicesWithConfig, as
+// cmd/scheduler does) and hands NODE to the NVIDIA device's GetNodeDevices (pkg/device/nvidia/device.go), the
+// scheduler's reader of hami.io/node-nvidia-register: it prints the devices HAMi would schedule on, as JSON.
 package main
 
 import (
@@ -17,6 +22,9 @@ import (
 
 	"gopkg.in/yaml.v2"
 
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/Project-HAMi/HAMi/pkg/device"
 	"github.com/Project-HAMi/HAMi/pkg/device/nvidia"
 	"github.com/Project-HAMi/HAMi/pkg/scheduler/config"
 )
@@ -27,8 +35,12 @@ func fail(format string, args ...any) {
 }
 
 func main() {
+	if len(os.Args) == 4 && os.Args[1] == "decode" {
+		decode(os.Args[2], os.Args[3])
+		return
+	}
 	if len(os.Args) != 3 {
-		fail("usage: %s device-config|node-config FILE", os.Args[0])
+		fail("usage: %s device-config|node-config FILE | decode NODE DEVCFG", os.Args[0])
 	}
 	data, err := os.ReadFile(os.Args[2])
 	if err != nil {
@@ -65,4 +77,32 @@ func main() {
 	default:
 		fail("unknown mode %q", os.Args[1])
 	}
+}
+
+func decode(nodePath, configPath string) {
+	data, err := os.ReadFile(nodePath)
+	if err != nil {
+		fail("%v", err)
+	}
+	var node corev1.Node
+	if err := json.Unmarshal(data, &node); err != nil {
+		fail("decode: node JSON: %v", err)
+	}
+	loaded, err := config.LoadConfig(configPath)
+	if err != nil {
+		fail("decode: HAMi config.LoadConfig: %v", err)
+	}
+	if err := config.InitDevicesWithConfig(loaded); err != nil {
+		fail("decode: HAMi config.InitDevicesWithConfig: %v", err)
+	}
+	dev, ok := device.GetDevices()[nvidia.NvidiaGPUDevice]
+	if !ok {
+		fail("decode: HAMi initialised no %s device", nvidia.NvidiaGPUDevice)
+	}
+	devices, err := dev.GetNodeDevices(node)
+	if err != nil {
+		fail("decode: HAMi GetNodeDevices: %v", err)
+	}
+	out, _ := json.Marshal(devices)
+	fmt.Println(string(out))
 }

@@ -1,0 +1,259 @@
+"""HAMi's real scheduler extender and webhook in the lab (issue 15 b).
+
+`lab.py up` runs hami-scheduler (HAMi v2.10.0, the vgpu chart's command and device config) and a second
+kube-scheduler with the chart's KubeSchedulerConfiguration, on 127.0.0.1 (scripts/lab_upstream.py). The only lab
+code involved is the stand-in for HAMi's device plugin (node registration, allocation completion). Here:
+the registration decodes with HAMi's own code; HAMi's metrics report the registered GPUs; pods asking for GPU
+memory and cores are filtered and bound by HAMi, which writes its device assignment on them; binpack and spread
+place one pod set differently; a pod whose memory fits no GPU stays Pending with HAMi's reason; HAMi clamps cores
+over 100 to a whole GPU; the webhook sets the scheduler on GPU pods only.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+import yaml
+
+pytestmark = pytest.mark.lab
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "tests" / "conformance"))
+import upstream  # noqa: E402
+
+INFO = REPO / ".lab" / "hami" / "info.json"
+NS = "hami-lab-test"
+POOL_KEY = "kube-accel.io/pool"
+
+
+def wait(what: str, check, timeout: float = 60, every: float = 0.5):
+    deadline = time.time() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.time() > deadline:
+            pytest.fail(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(every)
+
+
+@pytest.fixture(scope="module")
+def hami(lab):
+    """The lab's HAMi processes, with the cluster play's vgpu-hami release installed and both nodes registered."""
+    if not INFO.exists():
+        pytest.fail(f"{INFO} missing: `scripts/lab.py up` starts HAMi for the lab inventory's vgpu-hami pool")
+    info = json.loads(INFO.read_text())
+    releases = json.loads(subprocess.run([str(lab.helm), "list", "-A", "-o", "json", "--kubeconfig",
+                                          str(lab.kubeconfig)], capture_output=True, text=True, check=True).stdout)
+    if info["release"] not in {r["name"] for r in releases if r["status"] == "deployed"}:
+        env = {"ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1",
+               "PATH": f"{lab.helm.parent}:{Path(sys.executable).parent}:/usr/bin:/bin"}
+        play = subprocess.run([str(Path(sys.executable).parent / "ansible-playbook"), "-i",
+                               str(REPO / "inventories" / "lab" / "hosts.yml"), str(REPO / "ansible" / "cluster.yml")],
+                              cwd=REPO, env=env, capture_output=True, text=True, check=False, timeout=600)
+        assert play.returncode == 0, play.stdout[-4000:]
+    nodes = lab.nodes_by_pool["vgpu-hami"]
+    assert len(nodes) >= 2, "binpack vs spread needs a vgpu-hami pool of two nodes"
+
+    def registered():
+        text = urllib.request.urlopen(f"http://127.0.0.1:{info['metrics_port']}/metrics", timeout=5).read().decode()
+        return text if all(f'node="{n}"' in text for n in nodes) else None
+
+    info["metrics"] = wait("HAMi to register the vgpu-hami nodes (its metrics)", registered, timeout=120)
+    info["nodes"] = nodes
+    lab.kubectl_run("create", "namespace", NS, check=False)
+    yield info
+    lab.kubectl_run("delete", "namespace", NS, "--wait=false", check=False)
+
+
+def node(lab, name: str) -> dict:
+    return json.loads(lab.kubectl_run("get", "node", name, "-o", "json").stdout)
+
+
+def device_config(lab, info) -> str:
+    cm = json.loads(lab.kubectl_run("get", "configmap", f"{info['release']}-device-config", "-n", info["namespace"],
+                                    "-o", "json").stdout)
+    return cm["data"]["device-config.yaml"]
+
+
+def snapshot_gpus(host: str) -> list[dict]:
+    from ansible.module_utils import accel_gpu_facts, accel_pools  # noqa: PLC0415
+    from lab import gpu_hosts, inventory  # scripts/lab.py
+
+    settings = accel_pools.pool_settings(gpu_hosts(inventory())[host])
+    snap = REPO / "tests" / "data" / "nvml" / f"{settings['lab_gpu']}.json"
+    return accel_gpu_facts.gather(accel_gpu_facts.RecordedSource.from_file(str(snap)))["gpus"]
+
+
+def test_registration_decodes_with_hamis_own_code(lab, hami, tmp_path):
+    """The stand-in's hami.io/node-nvidia-register goes through HAMi's GetNodeDevices (ka-conform-hami-config
+    decode): every recorded GPU, with the deployed config's split count and the recorded memory."""
+    cfg = tmp_path / "device-config.yaml"
+    cfg.write_text(device_config(lab, hami))
+    split = yaml.safe_load(cfg.read_text())["nvidia"]["deviceSplitCount"]
+    seen = set()
+    for name in hami["nodes"]:
+        path = tmp_path / f"{name}.json"
+        path.write_text(json.dumps(node(lab, name)))
+        proc = upstream.run("ka-conform-hami-config", "decode", str(path), str(cfg))
+        assert proc.returncode == 0, proc.stderr
+        devices = json.loads(proc.stdout)
+        recorded = snapshot_gpus(name)
+        decoded = [(d["type"], d["devmem"], d["count"], d["devcore"], d.get("index", 0), d["health"]) for d in devices]
+        assert decoded == [(g["name"], g["memory_total_mib"], split, 100, g["index"], True) for g in recorded]
+        seen |= {d["id"] for d in devices}
+        # HAMi's scheduler registered the same devices (its own metrics, one series per device and node).
+        for d in devices:
+            assert f'device_uuid="{d["id"]}",node="{name}"' in hami["metrics"]
+    assert len(seen) == sum(len(snapshot_gpus(n)) for n in hami["nodes"]), "GPU UUIDs must be unique across nodes"
+
+
+def test_decoder_refuses_a_broken_registration(lab, hami, tmp_path):
+    """The decode check can fail: a registration missing a field is refused by HAMi's decoder."""
+    cfg = tmp_path / "device-config.yaml"
+    cfg.write_text(device_config(lab, hami))
+    body = node(lab, hami["nodes"][0])
+    body["metadata"]["annotations"]["hami.io/node-nvidia-register"] = "GPU-1,10,81559"
+    path = tmp_path / "broken.json"
+    path.write_text(json.dumps(body))
+    proc = upstream.run("ka-conform-hami-config", "decode", str(path), str(cfg))
+    assert proc.returncode != 0 and "GetNodeDevices" in proc.stderr
+
+
+def pod(name: str, limits: dict[str, str] | None, annotations: dict | None = None, labels: dict | None = None,
+        pool: str | None = "vgpu-hami") -> dict:
+    spec = {"containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10",
+                            "resources": {"limits": limits} if limits else {}}],
+            "terminationGracePeriodSeconds": 0}
+    if pool:
+        spec["nodeSelector"] = {POOL_KEY: pool}
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": NS, "annotations": annotations or {}, "labels": labels or {}},
+            "spec": spec}
+
+
+def create(lab, *bodies: dict, dry_run: bool = False) -> list[dict]:
+    args = ["create", "-o", "json", "-f", "-"] + (["--dry-run=server"] if dry_run else [])
+    proc = subprocess.run([str(lab.kubectl), "--kubeconfig", str(lab.kubeconfig), *args],
+                          input=json.dumps({"apiVersion": "v1", "kind": "List", "items": list(bodies)}),
+                          capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stderr
+    # One JSON document per object, back to back.
+    out, text, decoder = [], proc.stdout.strip(), json.JSONDecoder()
+    while text:
+        obj, end = decoder.raw_decode(text)
+        out.append(obj)
+        text = text[end:].lstrip()
+    return out
+
+
+def get_pod(lab, name: str) -> dict:
+    return json.loads(lab.kubectl_run("get", "pod", name, "-n", NS, "-o", "json").stdout)
+
+
+def bound(lab, name: str, timeout: float = 60) -> dict:
+    return wait(f"pod {name} bound", lambda: (p := get_pod(lab, name))["spec"].get("nodeName") and p, timeout)
+
+
+def delete_pods(lab, *names: str) -> None:
+    if names:
+        lab.kubectl_run("delete", "pod", "-n", NS, "--grace-period=0", "--force", "--wait=true", *names,
+                        check=False)
+
+
+def test_webhook_sets_the_scheduler_on_gpu_pods_only(lab, hami):
+    """HAMi's webhook (through the lab's copy of the chart's MutatingWebhookConfiguration) gives GPU pods HAMi's
+    scheduler; CPU pods and pods labelled hami.io/webhook=ignore keep the default one."""
+    gpu, cpu, ignored = create(
+        lab,
+        pod("wh-gpu", {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "1000"}),
+        pod("wh-cpu", {"cpu": "100m"}),
+        pod("wh-ignored", {"nvidia.com/gpu": "1"}, labels={"hami.io/webhook": "ignore"}, pool=None),
+        dry_run=True)
+    assert gpu["spec"]["schedulerName"] == hami["scheduler_name"]
+    assert cpu["spec"]["schedulerName"] == "default-scheduler"
+    assert ignored["spec"]["schedulerName"] == "default-scheduler"
+
+
+def test_hami_filters_binds_and_annotates(lab, hami):
+    """Pods asking for GPU memory and cores are bound by HAMi, which writes its device assignment on them."""
+    names = ["fit-0", "fit-1"]
+    create(lab, *(pod(n, {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "20000", "nvidia.com/gpucores": "30"})
+                  for n in names))
+    try:
+        for n in names:
+            p = bound(lab, n)
+            ann = p["metadata"]["annotations"]
+            assert p["spec"]["schedulerName"] == hami["scheduler_name"]
+            assert ann["hami.io/vgpu-node"] == p["spec"]["nodeName"] in hami["nodes"]
+            uuids = {d["id"] for d in json.loads(node(lab, p["spec"]["nodeName"])["metadata"]["annotations"][
+                "hami.io/node-nvidia-register"])}
+            uuid, vendor, mem, cores = first_device(ann)
+            assert (uuid in uuids, vendor, mem, cores) == (True, "NVIDIA", "20000", "30")
+            assert ann["hami.io/bind-phase"] in ("allocating", "success")
+            # The device-plugin stand-in completes the allocation, as the plugin's Allocate would.
+            wait(f"{n} allocated", lambda n=n: get_pod(lab, n)["metadata"]["annotations"].get(
+                "hami.io/bind-phase") == "success", timeout=15)
+    finally:
+        delete_pods(lab, *names)
+
+
+def first_device(annotations: dict) -> list[str]:
+    """The first device of HAMi's pod encoding: containers split by ';', devices by ':', fields
+    UUID,vendor,memory,cores (EncodeContainerDevices, pkg/device/devices.go)."""
+    return annotations["hami.io/vgpu-devices-allocated"].split(";")[0].split(":")[0].split(",")[:4]
+
+
+def placements(lab, policy: str, count: int) -> dict[str, str]:
+    names = [f"{policy}-{i}" for i in range(count)]
+    out = {}
+    try:
+        for n in names:  # one at a time: each placement scores against the ones before it
+            create(lab, pod(n, {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "10000"},
+                            annotations={"hami.io/node-scheduler-policy": policy}))
+            out[n] = bound(lab, n)["spec"]["nodeName"]
+    finally:
+        delete_pods(lab, *names)
+    return out
+
+
+def test_binpack_and_spread_place_the_same_pods_differently(lab, hami):
+    """HAMi's node policy (the chart's --node-scheduler-policy, per pod through hami.io/node-scheduler-policy):
+    binpack fills one node, spread uses both."""
+    binpack = placements(lab, "binpack", 4)
+    spread = placements(lab, "spread", 4)
+    assert len(set(binpack.values())) == 1, binpack
+    assert set(spread.values()) == set(hami["nodes"]), spread
+
+
+def test_memory_that_fits_no_gpu_stays_pending_with_hamis_reason(lab, hami):
+    too_big = max(g["memory_total_mib"] for n in hami["nodes"] for g in snapshot_gpus(n)) + 1
+    create(lab, pod("too-big", {"nvidia.com/gpu": "1", "nvidia.com/gpumem": str(too_big)}))
+    try:
+        def reason():
+            conds = get_pod(lab, "too-big")["status"].get("conditions", [])
+            return next((c.get("message", "") for c in conds if c["type"] == "PodScheduled"
+                         and c["status"] == "False" and "CardInsufficientMemory" in c.get("message", "")), None)
+
+        message = wait("HAMi's CardInsufficientMemory on the pod", reason)
+        assert get_pod(lab, "too-big")["spec"].get("nodeName") is None, message
+    finally:
+        delete_pods(lab, "too-big")
+
+
+def test_cores_over_100_are_clamped_to_a_whole_gpu(lab, hami):
+    """HAMi v2.10.0 does not refuse nvidia.com/gpucores over 100: its Fit clamps them to 100, an exclusive GPU
+    (pkg/device/nvidia/device.go:772-775, `//return false` left commented out). kube-accel refuses nothing here
+    either (no admission policy of its own): this test keeps that behaviour visible."""
+    create(lab, pod("cores-150", {"nvidia.com/gpu": "1", "nvidia.com/gpucores": "150"}))
+    try:
+        ann = bound(lab, "cores-150")["metadata"]["annotations"]
+        assert first_device(ann)[3] == "100"
+    finally:
+        delete_pods(lab, "cores-150")

@@ -17,10 +17,13 @@ DOCUMENTATION = r"""
 module: containerd_nvidia_dropin
 short_description: Add the NVIDIA runtime to containerd through a conf.d drop-in
 description:
-  - containerd 1.x/2.x merge an imported file by replacing whole plugin sections, so a drop-in that holds only the
-    new runtime would wipe the main config's CRI settings. Like C(nvidia-ctk runtime configure --drop-in-config),
-    this module writes the complete CRI runtime section, taken from the main config (resolved by
-    C(containerd config dump) when containerd is installed), plus the NVIDIA runtime.
+  - The layout comes from the running containerd (its C(config dump) version), not from the file; a config.toml
+    without a version line is version 1, as containerd and nvidia-ctk read it. containerd 2.x merges imported plugin
+    sections key by key, so there the drop-in holds only the NVIDIA runtime (version 2 when the main file still says
+    2, since containerd migrates the merged config only then). containerd 1.x replaces whole plugin sections, so
+    there it carries the CRI section resolved by C(containerd config dump) plus the runtime, and refuses (naming the
+    registries, never the values) when that section holds registry credentials. Drop-ins are written 0600;
+    credentials are masked in the diff and in every error.
   - Adds the drop-in glob to C(imports) of the main config, creating a minimal main config when there is none.
   - The result is validated by C(containerd config dump) before anything is written, when containerd is installed.
 options:
@@ -150,7 +153,7 @@ def dump(module, binary, main_doc):
     finally:
         os.unlink(f.name)
     if rc != 0:
-        module.fail_json(msg=f"containerd config dump failed on the main config: {err or out}")
+        raise ValueError(f"containerd config dump failed on the main config: {err}")
     return loads(out)
 
 
@@ -170,23 +173,14 @@ def validate(module, binary, version, main_doc, dropin_text, runtime):
             f.write(dumps(doc) + "\n")
         rc, out, err = module.run_command([path, "--config", main, "config", "dump"])
     if rc != 0:
-        module.fail_json(msg=f"containerd rejects the drop-in: {err or out}", dropin=dropin_text)
-    runtimes = loads(out)["plugins"][CRI[version]]["containerd"]["runtimes"]
+        raise ValueError(f"containerd rejects the drop-in: {err or out}")
+    result = loads(out)
+    got = result.get("version")
+    runtimes = dig(result, runtime_path(got if got in CRI else version)) or {}
     if runtime not in runtimes:
-        module.fail_json(msg="containerd accepted the drop-in but does not list the runtime", dump=out)
+        raise ValueError(f"containerd accepted the drop-in but its config dump (version {got}) does not list "
+                         f"runtime {runtime!r}")
     return True
-
-
-def detect_version(module, binary, main_doc):
-    if main_doc.get("version"):
-        return int(main_doc["version"])
-    path = module.get_bin_path(binary)
-    if path:
-        rc, out, _ = module.run_command([path, "--version"])
-        m = re.search(r"\sv?(\d+)\.\d+", out) if rc == 0 else None
-        if m:
-            return 3 if int(m.group(1)) >= 2 else 2
-    return 2
 
 
 def write(module, path, text, mode):
@@ -196,6 +190,97 @@ def write(module, path, text, mode):
         f.write(text)
     os.chmod(tmp, mode)
     module.atomic_move(tmp, path)
+    os.chmod(path, mode)  # atomic_move gives a new file the umask's mode
+
+
+def containerd_major(module, path):
+    rc, out, _ = module.run_command([path, "--version"])
+    m = re.search(r"\sv?(\d+)\.\d+", out) if rc == 0 else None
+    return int(m.group(1)) if m else None
+
+
+def file_version(doc):
+    """The config version containerd reads from a file: its version line, or 1 when it has content but none."""
+    if "version" in doc:
+        return int(doc["version"])
+    return 1 if doc else None
+
+
+def credentials(doc):
+    """Registry credential values held by a config (CRI v2 section or the v3 images section), and their hosts."""
+    values, hosts = [], []
+    for cri in (doc.get("plugins", {}).get(CRI[2], {}), doc.get("plugins", {}).get("io.containerd.cri.v1.images", {})):
+        registry = cri.get("registry", {}) if isinstance(cri, dict) else {}
+        sources = [("auths", registry.get("auths", {}))]
+        for host, conf in registry.get("configs", {}).items():
+            sources.append((f"configs.{host}", (conf or {}).get("auth", {})))
+        for host, headers in registry.get("headers", {}).items():
+            auth = {k: v for k, v in (headers or {}).items() if k.lower() == "authorization"}
+            sources.append((f"headers.{host}", auth))
+        for where, block in sources:
+            leaves = []
+            stack = [block]
+            while stack:
+                item = stack.pop()
+                if isinstance(item, dict):
+                    stack.extend(item.values())
+                elif isinstance(item, list):
+                    stack.extend(item)
+                elif isinstance(item, str) and item:
+                    leaves.append(item)
+            if leaves:
+                hosts.append(where)
+                values.extend(leaves)
+    return sorted(set(values), key=len, reverse=True), hosts
+
+
+def scrub(text, secrets):
+    for value in secrets:
+        text = text.replace(value, "********")
+    return text
+
+
+def runtime_path(version):
+    return ("plugins", CRI[version], "containerd", "runtimes")
+
+
+def dig(doc, keys):
+    for k in keys:
+        doc = doc.get(k) if isinstance(doc, dict) else None
+    return doc
+
+
+def plan(module, p, main_doc):
+    """(read layout, write layout, source section of the drop-in, whether the drop-in must copy the CRI section,
+    validated-by containerd path)."""
+    fversion = file_version(main_doc)
+    path = module.get_bin_path(p["containerd_binary"])
+    if not path:
+        # No containerd to ask: the file's version (or the option) decides, and a v2 drop-in copies the section
+        # (containerd 1.x replaces whole plugin sections from imports).
+        if fversion == 1:
+            raise ValueError(f"{p['main_config']} has no version line, so containerd reads it as config version 1 "
+                             "(the 1.x 'cri' layout), which this module does not write; add version = 2 or 3")
+        version = p["config_version"] or fversion or 2
+        return version, version, main_doc, version == 2, None
+    major = containerd_major(module, path)
+    resolved = dump(module, p["containerd_binary"], main_doc)
+    dversion = resolved.get("version")
+    if dversion not in (2, 3):
+        dversion = 3 if (major or 1) >= 2 else 2
+    if fversion == 1 and dversion == 2:
+        raise ValueError(f"{p['main_config']} has no version line, so containerd {major}.x reads it as config "
+                         "version 1 (the 'cri' layout); a version 2 drop-in cannot be merged with it: convert "
+                         "config.toml to version = 2 first")
+    if p["config_version"] and p["config_version"] != dversion:
+        raise ValueError(f"config_version {p['config_version']} given, but containerd (major {major}) reports "
+                         f"config version {dversion}")
+    if dversion == 3:
+        # containerd 2.x merges imported plugin sections key by key, so the drop-in holds only the NVIDIA runtime.
+        # Its version follows a version 2 main file: containerd migrates the merged config only when no file says
+        # 3, and a version 3 drop-in would leave the main file's version 2 sections unread.
+        return 3, (2 if fversion == 2 else 3), resolved, False, path
+    return 2, 2, resolved, True, path
 
 
 def main():
@@ -214,17 +299,28 @@ def main():
         supports_check_mode=True,
     )
     p = module.params
+    secrets = []
     try:
         main_text = read(p["main_config"])
         main_doc = loads(main_text) if main_text else {}
-        version = p["config_version"] or detect_version(module, p["containerd_binary"], main_doc)
-        resolved = dump(module, p["containerd_binary"], main_doc)
-        source = resolved if resolved is not None else main_doc
-        cri = copy.deepcopy(source.get("plugins", {}).get(CRI[version], {}))
-        ctrd = cri.setdefault("containerd", {})
+        secrets, cred_hosts = credentials(main_doc)
+        read_version, version, source, full_copy, _ = plan(module, p, main_doc)
+        runc = copy.deepcopy(dig(source, runtime_path(read_version) + ("runc",)) or {})
+        if full_copy:
+            if cred_hosts:
+                raise ValueError(
+                    "containerd 1.x replaces the whole " + CRI[2] + " section from an imported file, so the drop-in "
+                    "would have to repeat the registry credentials of " + p["main_config"] + " (registry "
+                    + ", ".join(cred_hosts) + "); kube-accel never copies credentials: move them out of config.toml "
+                    "(kubelet image pull secrets or a credential provider) or use containerd 2.x")
+            cri = copy.deepcopy(dig(source, ("plugins", CRI[read_version])) or {})
+            ctrd = cri.setdefault("containerd", {})
+        else:
+            cri = {}
+            ctrd = cri.setdefault("containerd", {})
         runtimes = ctrd.setdefault("runtimes", {})
         # Same shape as runc's entry (cgroup driver, root...), pointing at the NVIDIA runtime binary.
-        rt = copy.deepcopy(runtimes.get("runc", {}))
+        rt = runc
         rt["runtime_type"] = "io.containerd.runc.v2"
         opts = rt.setdefault("options", {})
         opts["BinaryName"] = p["binary_name"]
@@ -233,26 +329,35 @@ def main():
         runtimes[p["runtime_name"]] = rt
         if p["set_as_default"]:
             ctrd["default_runtime_name"] = p["runtime_name"]
-        header = (
-            "# Managed by kube-accel (container_toolkit). containerd replaces whole plugin sections from imported\n"
-            "# files, so this holds the complete CRI runtime section of the main config plus the NVIDIA runtime.\n"
-        )
+        if full_copy:
+            header = ("# Managed by kube-accel (container_toolkit). containerd 1.x replaces whole plugin sections\n"
+                      "# from imported files: this holds the main config's CRI section plus the NVIDIA runtime.\n")
+        else:
+            header = ("# Managed by kube-accel (container_toolkit). containerd 2.x merges imported plugin\n"
+                      "# sections key by key: only the NVIDIA runtime is here.\n")
         dropin_text = header + dumps({"version": version, "plugins": {CRI[version]: cri}}) + "\n"
-        new_main = with_imports(main_text, version, p["imports_glob"])
-    except (RuntimeError, ValueError, TypeError, KeyError) as e:
-        module.fail_json(msg=str(e))
-    old_dropin = read(p["dropin"])
-    changed = old_dropin != dropin_text or main_text != new_main
-    validated = validate(module, p["containerd_binary"], version, main_doc, dropin_text, p["runtime_name"])
+        new_main = with_imports(main_text, file_version(main_doc) or version, p["imports_glob"])
+        old_dropin = read(p["dropin"])
+        validated = validate(module, p["containerd_binary"], version, main_doc, dropin_text, p["runtime_name"])
+    except Exception as e:  # noqa: BLE001 -- never a traceback; credentials scrubbed from the message
+        module.fail_json(msg=scrub(f"containerd_nvidia_dropin: {type(e).__name__}: {e}", secrets))
+    for value in secrets:
+        if value in dropin_text:
+            module.fail_json(msg="registry credentials would be copied into the drop-in; nothing written")
+    mode_wrong = old_dropin is not None and (os.stat(p["dropin"]).st_mode & 0o777) != 0o600
+    changed = old_dropin != dropin_text or mode_wrong or main_text != new_main
     diff = [
-        dict(before_header=p["dropin"], after_header=p["dropin"], before=old_dropin or "", after=dropin_text),
-        dict(before_header=p["main_config"], after_header=p["main_config"], before=main_text or "", after=new_main),
+        dict(before_header=p["dropin"], after_header=p["dropin"], before=scrub(old_dropin or "", secrets),
+             after=dropin_text),
+        dict(before_header=p["main_config"], after_header=p["main_config"], before=scrub(main_text or "", secrets),
+             after=scrub(new_main, secrets)),
     ]
     if changed and not module.check_mode:
-        if old_dropin != dropin_text:
-            write(module, p["dropin"], dropin_text, 0o644)
+        if old_dropin != dropin_text or mode_wrong:
+            write(module, p["dropin"], dropin_text, 0o600)
         if main_text != new_main:
-            write(module, p["main_config"], new_main, 0o644)
+            mode = os.stat(p["main_config"]).st_mode & 0o777 if main_text is not None else 0o644
+            write(module, p["main_config"], new_main, mode)
     module.exit_json(changed=changed, diff=diff, config_version=version, validated=validated)
 
 

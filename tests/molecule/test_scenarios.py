@@ -40,6 +40,16 @@ def platform_names(scenario: Scenario) -> list[str]:
     return [p["name"] for p in data.get("platforms") or []]
 
 
+def leftovers(scenario: Scenario) -> bool:
+    """Hosts of the scenario still there, or Molecule's state (any project's scenario of that name) saying created."""
+    if any(subprocess.run(["podman", "container", "exists", name], check=False).returncode == 0
+           for name in platform_names(scenario)):
+        return True
+    states = [*Path.home().glob(f".ansible/tmp/molecule.*.{scenario.name}/state.yml"),
+              *Path.home().glob(f".cache/molecule/*/{scenario.name}/state.yml")]
+    return any((yaml.safe_load(p.read_text(encoding="utf-8")) or {}).get("created") for p in states)
+
+
 def run_logged(argv: list[str], cwd: Path, env: dict, log, timeout: float) -> tuple[int, dict[str, float], str]:
     """Run a Molecule command, writing its output with elapsed seconds to log; the seconds each stage took."""
     started = time.monotonic()
@@ -96,7 +106,8 @@ def test_molecule_scenario(scenario: Scenario, record_property):
         log.write(f"# runs because: {why}\n")
         # `--destroy never` keeps the hosts for reading their package indices; the scenario's own first destroy is
         # then skipped, so leftovers of an interrupted run are removed first, and the last destroy runs below.
-        run_logged([molecule, "destroy", "-s", scenario.name], scenario.cwd, env, log, 300)
+        if leftovers(scenario):
+            run_logged([molecule, "destroy", "-s", scenario.name], scenario.cwd, env, log, 300)
         first_destroy = round(time.monotonic() - started, 1)
         try:
             rc, stages, tail = run_logged([molecule, "test", "-s", scenario.name, "--destroy", "never"],

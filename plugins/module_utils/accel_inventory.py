@@ -31,6 +31,8 @@ VARIABLES: dict[str, dict] = {
                                      "Kubernetes minor version of the cluster (e.g. \"1.36\"); pGPU NUMA "
                                      "alignment needs 1.30 or newer (kubelet --config-dir)."),
     "accel_namespace": _var("cluster", "str", "Namespace for kube-accel's charts."),
+    "accel_run_lock_wait": _var("cluster", "int", "Seconds a run waits for another run's lock (Lease "
+                                "kube-accel-run in accel_namespace) before failing; 0 (default) fails at once."),
     "accel_image_registry": _var("cluster", "str", "Registry mirror prefix for every image; empty = upstream."),
     "accel_image_pull_secrets": _var("cluster", "list", "Image pull secret names for the charts.",
                                      elements="str"),

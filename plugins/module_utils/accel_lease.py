@@ -9,7 +9,8 @@ fresh while the run lives:
 
 * the run's holder identity is ``user@host pid N started TIME`` of the ansible-playbook process;
 * the renewer writes ``renewTime`` every ``interval`` seconds while that process lives and the lease is still
-  its own; when the process ends (success, a failed play, Ctrl-C, kill -9) it releases the lease and exits;
+  its own; within a second of the process's end (success, a failed play, Ctrl-C, kill -9) it releases the lease
+  and exits;
 * when the renewer itself dies (or the controller, or its network), nobody renews: the lease expires
   ``leaseDurationSeconds`` after its last ``renewTime`` and the next run takes it over.
 
@@ -386,11 +387,17 @@ def write(lease, release):
     api.replace_namespaced_lease(name, ns, lease, _preload_content=False)
 
 deadline = time.time() + cfg["max_hold"]
+last = time.time()
 while True:
-    time.sleep(cfg["interval"])
+    # The owner is checked every second so the lock is given back within a second of the run's end; the lease
+    # is written every interval.
+    time.sleep(min(1.0, cfg["interval"]))
     ending = owner_alive() is False if cfg["owner_pid"] else False
     if not cfg["owner_pid"] and time.time() > deadline:
         break
+    if not ending and time.time() - last < cfg["interval"]:
+        continue
+    last = time.time()
     try:
         lease = read()
         if lease is None or (lease.get("spec") or {}).get("holderIdentity") != ours:

@@ -340,7 +340,7 @@ def main() -> None:
             result = ensure_present(
                 helm, spec, check_mode=module.check_mode, diff_mode=module._diff, validate=p["validate_schema"],
                 run_lock=lock_check(p["kubeconfig"], p["context"], p["run_lock_namespace"] or p["namespace"],
-                                    p["run_lock_name"], p["run_lock_holder"]),
+                                    p["run_lock_name"], p["run_lock_holder"] or None),
             )
     except HelmError as exc:
         failure = {"msg": exc.msg, "stderr": exc.stderr}

@@ -198,7 +198,7 @@ def main() -> None:
                                             validate=p["validate_schema"], workers=p["parallel"],
                                             run_lock=lock_check(p["kubeconfig"], p["context"],
                                                                 p["run_lock_namespace"] or p["namespace"],
-                                                                p["run_lock_name"], p["run_lock_holder"]))
+                                                                p["run_lock_name"], p["run_lock_holder"] or None))
     diffs = [entry for name in results for entry in results[name].pop("diff", [])]
     for result in results.values():
         result.setdefault("changes", [])

@@ -52,7 +52,7 @@ def hami(lab):
     releases = json.loads(subprocess.run([str(lab.helm), "list", "-A", "-o", "json", "--kubeconfig",
                                           str(lab.kubeconfig)], capture_output=True, text=True, check=True).stdout)
     if info["release"] not in {r["name"] for r in releases if r["status"] == "deployed"}:
-        env = {"ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1",
+        env = {"ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1", "HOME": str(Path.home()),
                "PATH": f"{lab.helm.parent}:{Path(sys.executable).parent}:/usr/bin:/bin"}
         play = subprocess.run([str(Path(sys.executable).parent / "ansible-playbook"), "-i",
                                str(REPO / "inventories" / "lab" / "hosts.yml"), str(REPO / "ansible" / "cluster.yml")],

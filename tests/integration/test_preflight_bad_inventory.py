@@ -35,10 +35,10 @@ EXPECTED = {
     ],
     "bad-mps-0": [
         "accel_mode = 'mps': GPU 0 (NVIDIA A100-SXM4-80GB) has MIG enabled (current=True, pending=True); allowed: "
-        "accel_mode pgpu for MIG; vgpu and mps need GPUs with MIG disabled (no accel_mig_geometry, accel_mig_strategy "
-        "none)",
+        "accel_mode pgpu for MIG; vgpu, mps and timeslice need GPUs with MIG disabled (no accel_mig_geometry, "
+        "accel_mig_strategy none)",
         "accel_mig_strategy = 'mixed': a MIG plan on a pool with accel_mode mps; allowed: accel_mode pgpu for MIG; "
-        "vgpu and mps need GPUs with MIG disabled (no accel_mig_geometry, accel_mig_strategy none)",
+        "vgpu, mps and timeslice need GPUs with MIG disabled (no accel_mig_geometry, accel_mig_strategy none)",
         "accel_mps_replicas = 64: out of range; allowed: an integer 2..48 (MPS clients per GPU)",
     ],
     "bad-mig-0": [
@@ -50,8 +50,8 @@ EXPECTED = {
         "value of accel_vgpu_scheduler_policy must be one of: binpack, spread, got: fastest",
     ],
     "bad-mode-0": [
-        "accel_mode = 'mig': not a kube-accel mode; allowed: vgpu, pgpu, mps (MIG slices are mode pgpu with "
-        "accel_mig_geometry)",
+        "accel_mode = 'mig': not a kube-accel mode; allowed: vgpu, pgpu, mps, timeslice (MIG slices are mode pgpu "
+        "with accel_mig_geometry)",
     ],
     "bad-vfio-0": [
         "accel_numa_polcy = 'restricted': unknown variable (did you mean accel_numa_policy?); allowed: the variables "
@@ -145,5 +145,5 @@ def test_example_inventory_passes_preflight_before_drivers_exist():
                        "--check")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     stats = recap(proc.stdout)
-    assert len(stats) == 18 and all(s["changed"] == 0 and s["failed"] == 0 for s in stats.values()), stats
+    assert len(stats) == 22 and all(s["changed"] == 0 and s["failed"] == 0 for s in stats.values()), stats
     assert "plan OK (0 GPU(s), " in proc.stdout

@@ -56,6 +56,38 @@ def helm_run(lab, binary: str, *args: str, timeout: int = 420) -> subprocess.Com
                           capture_output=True, text=True, check=False, timeout=timeout)
 
 
+ROLE_DEFAULTS = yaml.safe_load((CHARTS_DIR.parent / "roles" / "pool_charts" / "defaults" / "main.yml").read_text())
+
+
+@pytest.fixture(scope="module", autouse=True)
+def runtime_class(lab):
+    """The RuntimeClass the pgpu and mps pods select, as the cluster play creates it (roles/pool_charts) before any
+    release: these tests install the charts without the play."""
+    manifest = {"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass",
+                "metadata": {"name": ROLE_DEFAULTS["pool_charts_runtime_class"],
+                             "labels": {"app.kubernetes.io/part-of": "kube-accel",
+                                        "app.kubernetes.io/managed-by": "kube-accel"}},
+                "handler": ROLE_DEFAULTS["pool_charts_runtime_handler"]}
+    proc = subprocess.run([str(lab.kubectl), "--kubeconfig", str(lab.kubeconfig), "apply", "-f", "-"],
+                          input=json.dumps(manifest), capture_output=True, text=True, check=False, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    return manifest["metadata"]["name"]
+
+
+@pytest.mark.parametrize("which", ["helm", "helm4"])
+def test_install_refuses_a_missing_runtime_class(lab, tmp_path: Path, which: str):
+    """Without the RuntimeClass every pod would be refused and --wait would only time out: the chart stops first."""
+    values = tmp_path / "values.yaml"
+    values.write_text(yaml.safe_dump({"pools": ["pgpu"], "runtimeClassName": "no-such-class"}))
+    install = helm_run(lab, str(getattr(lab, which)), "upgrade", "--install", "ka-test-no-rc", str(CHARTS_DIR / "pgpu"),
+                       "--namespace", NAMESPACE, "--create-namespace", "--values", str(values), "--wait",
+                       "--timeout", "1m", timeout=90)
+    assert install.returncode != 0
+    assert 'runtimeClassName="no-such-class": no such RuntimeClass in the cluster' in install.stderr, install.stderr
+    listed = helm_run(lab, str(getattr(lab, which)), "list", "--namespace", NAMESPACE, "-q")
+    assert "ka-test-no-rc" not in listed.stdout.split()
+
+
 @pytest.mark.parametrize("which", ["helm", "helm4"])
 @pytest.mark.parametrize("release", list(RELEASES))
 def test_install(lab, tmp_path: Path, release: str, which: str):
@@ -73,7 +105,7 @@ def test_install(lab, tmp_path: Path, release: str, which: str):
     values.write_text(yaml.safe_dump({"pools": pools, **extra}))
     install = helm_run(lab, binary, "upgrade", "--install", release, str(CHARTS_DIR / chart),
                        "--namespace", NAMESPACE, "--create-namespace", "--values", str(values),
-                       "--wait", "--timeout", "5m")
+                       "--wait", "--timeout", "3m")
     try:
         assert install.returncode == 0, f"{which} install {release}:\n{install.stdout}\n{install.stderr}"
         manifest = helm_run(lab, binary, "get", "manifest", release, "--namespace", NAMESPACE)

@@ -133,3 +133,15 @@ spec:
   ingress: []
   {{- end }}
 {{- end -}}
+
+{{/*
+Fails the install before any pod is refused when runtimeClassName names a RuntimeClass the cluster lacks (the API
+server would reject every pod, and helm --wait would only time out). lookup answers only against a live cluster:
+offline rendering (helm template, helm lint) has nothing to ask and skips the check.
+*/}}
+{{- define "ka.requireRuntimeClass" -}}
+{{- $name := .Values.runtimeClassName | default "" -}}
+{{- if and $name (lookup "v1" "Namespace" "" "kube-system") (not (lookup "node.k8s.io/v1" "RuntimeClass" "" $name)) -}}
+{{- fail (printf "runtimeClassName=%q: no such RuntimeClass in the cluster, so every pod of this release would be refused; kube-accel's cluster play creates it (roles/pool_charts), or create a RuntimeClass %q with handler nvidia, or set runtimeClassName=\"\" where nvidia is the default runtime" $name $name) -}}
+{{- end -}}
+{{- end -}}

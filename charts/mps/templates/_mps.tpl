@@ -1,5 +1,6 @@
 {{/* Checks that JSON schema cannot express; each message names the field, the value and what is allowed. */}}
 {{- define "mps.validate" -}}
+{{- include "ka.requireRuntimeClass" . -}}
 {{- if not (hasKey .Values.configs .Values.defaultConfig) -}}
 {{- fail (printf "defaultConfig=%q is not a key of configs; allowed: %s" .Values.defaultConfig (keys .Values.configs | sortAlpha | join ", ")) -}}
 {{- end -}}

@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 pytestmark = pytest.mark.lab
 
@@ -56,7 +57,9 @@ def test_site_verifies_every_pool(converged):
                           "lab-mig-0"}
     assert all(r["failed"] == 0 and r["unreachable"] == 0 for r in recap.values())
     table = [line for line in out.stdout.splitlines() if re.search(r"\b(PASS|FAIL)\b", line)]
-    assert len(table) == 5, out.stdout[-3000:]
+    # One row per pool group of the lab inventory.
+    inventory = yaml.safe_load((REPO / "inventories" / "lab" / "hosts.yml").read_text())
+    assert len(table) == len(inventory["all"]["children"]["gpu_pools"]["children"]), out.stdout[-3000:]
     assert all("PASS" in line and "completed on lab-" in line for line in table)
     assert "nodes are kwok fakes" in out.stdout
     # HAMi's own webhook and extender (lab processes) scheduled the vgpu-hami Job; the table says so.
@@ -68,7 +71,7 @@ def test_site_verifies_every_pool(converged):
 
 def test_second_run_changes_nothing_and_calls_no_upgrade(lab, converged):
     before = revisions(lab)
-    assert set(before) == {"kube-accel-mps", "kube-accel-pgpu", "kube-accel-vgpu-hami",
+    assert set(before) == {"kube-accel-mps", "kube-accel-pgpu", "kube-accel-timeslice", "kube-accel-vgpu-hami",
                            "kube-accel-vgpu-gpu-manager"}
     second, recap = site(lab)
     assert second.returncode == 0, second.stdout[-4000:]

@@ -29,7 +29,7 @@ import traceback
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime, timezone
 from typing import Any
 
 import yaml
@@ -866,7 +866,7 @@ def ensure_each_present(helm: Helm, specs: Sequence[ReleaseSpec], *, check_mode:
 
 
 def _utcnow() -> datetime:
-    return datetime.now(UTC)
+    return datetime.now(timezone.utc)
 
 
 def last_good(entries: Sequence[dict]) -> int | None:

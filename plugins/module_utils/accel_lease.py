@@ -27,7 +27,7 @@ import socket
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime, timezone
 from typing import Any
 
 LEASE_NAME = "kube-accel-run"
@@ -40,18 +40,18 @@ class LeaseError(Exception):
 
 
 def utcnow() -> datetime:
-    return datetime.now(UTC)
+    return datetime.now(timezone.utc)
 
 
 def format_time(moment: datetime) -> str:
     """MicroTime as the API writes it."""
-    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return moment.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def parse_time(value: Any) -> datetime | None:
     """A MicroTime/Time string (or a datetime) -> aware datetime; None when absent or unreadable."""
     if isinstance(value, datetime):
-        return value if value.tzinfo else value.replace(tzinfo=UTC)
+        return value if value.tzinfo else value.replace(tzinfo=timezone.utc)
     if not value or not isinstance(value, str):
         return None
     text = value.strip().replace("Z", "+00:00")
@@ -65,7 +65,7 @@ def parse_time(value: Any) -> datetime | None:
         moment = datetime.fromisoformat(text)
     except ValueError:
         return None
-    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+    return moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)
 
 
 def human(seconds: float) -> str:
@@ -90,7 +90,7 @@ def process_start(pid: int) -> datetime | None:
         ticks = int(fields[19])  # field 22 (starttime), counted after the "(comm)" field
         with open("/proc/stat", encoding="utf-8") as handle:
             btime = next(int(line.split()[1]) for line in handle if line.startswith("btime "))
-        return datetime.fromtimestamp(btime + ticks / os.sysconf("SC_CLK_TCK"), UTC)
+        return datetime.fromtimestamp(btime + ticks / os.sysconf("SC_CLK_TCK"), timezone.utc)
     except (OSError, ValueError, IndexError, StopIteration):
         return None
 
@@ -140,7 +140,7 @@ class LeaseView:
     def expires_at(self) -> datetime | None:
         if self.renewed is None or self.duration is None:
             return None
-        return datetime.fromtimestamp(self.renewed.timestamp() + self.duration, UTC)
+        return datetime.fromtimestamp(self.renewed.timestamp() + self.duration, timezone.utc)
 
 
 def view(lease: dict | None) -> LeaseView | None:

@@ -110,6 +110,8 @@ def problems(source: str, name: str = "<src>") -> list[str]:
         if isinstance(node, ast.Attribute) and node.attr == "UTC" and isinstance(node.value, ast.Name) \
                 and node.value.id == "datetime":
             found.append(f"line {line}: datetime.UTC (Python 3.11)")
+        if isinstance(node, ast.ImportFrom) and node.module == "datetime" and any(a.name == "UTC" for a in node.names):
+            found.append(f"line {line}: from datetime import UTC (Python 3.11)")
     return found
 
 
@@ -132,8 +134,9 @@ def test_host_files_found():
     "for a, b in zip(x, y, strict=True):\n    pass\n",
     "import tomllib\n",
     "try:\n    pass\nexcept* ValueError:\n    pass\n",
+    "from datetime import UTC, datetime\n",
 ], ids=["match", "parenthesized-with", "parenthesized-with-multiline", "union-alias", "union-isinstance",
-        "zip-strict", "tomllib", "except-star"])
+        "zip-strict", "tomllib", "except-star", "datetime-utc-import"])
 def test_checker_catches_newer_python(source):
     assert problems(source)
 

@@ -436,6 +436,20 @@ def spawn_renewer(python: str, settings: dict) -> int:
     return proc.pid
 
 
+# accel_release(s)' options naming the run lock (documented as run_lock_* in each module).
+RUN_LOCK_ARGUMENT_SPEC = {
+    "run_lock_name": {"type": "str", "default": LEASE_NAME},
+    "run_lock_namespace": {"type": "str"},
+    "run_lock_holder": {"type": "str"},
+}
+
+
+def release_lock_check(params: dict[str, Any]) -> Callable[[], str | None]:
+    """lock_check from accel_release(s)' parameters: the Lease lives in the releases' namespace unless told."""
+    return lock_check(params["kubeconfig"], params["context"], params["run_lock_namespace"] or params["namespace"],
+                      params["run_lock_name"], params["run_lock_holder"] or None)
+
+
 def lock_check(kubeconfig: str | None, context: str | None, namespace: str, name: str,
                ours: str | None) -> Callable[[], str | None]:
     """For accel_release(s): a call that returns the holder of the run lock when it is another live run. It reads

@@ -262,6 +262,8 @@ diff:
 
 import traceback
 
+# Standard library only: the argument spec needs it even where PyYAML is missing.
+from ansible.module_utils.accel_lease import RUN_LOCK_ARGUMENT_SPEC, release_lock_check
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 
 try:
@@ -273,7 +275,6 @@ try:
         ensure_present,
         module_helm,
     )
-    from ansible.module_utils.accel_lease import lock_check
 
     IMPORT_ERROR = None
 except ImportError:  # pyyaml missing on the host that runs helm
@@ -297,9 +298,7 @@ def argument_spec() -> dict:
         "create_namespace": {"type": "bool", "default": True},
         "state": {"type": "str", "choices": ["present", "absent"], "default": "present"},
         "validate_schema": {"type": "bool", "default": True},
-        "run_lock_name": {"type": "str", "default": "kube-accel-run"},
-        "run_lock_namespace": {"type": "str"},
-        "run_lock_holder": {"type": "str"},
+        **RUN_LOCK_ARGUMENT_SPEC,
     }
 
 
@@ -339,8 +338,7 @@ def main() -> None:
             )
             result = ensure_present(
                 helm, spec, check_mode=module.check_mode, diff_mode=module._diff, validate=p["validate_schema"],
-                run_lock=lock_check(p["kubeconfig"], p["context"], p["run_lock_namespace"] or p["namespace"],
-                                    p["run_lock_name"], p["run_lock_holder"] or None),
+                run_lock=release_lock_check(p),
             )
     except HelmError as exc:
         failure = {"msg": exc.msg, "stderr": exc.stderr}

@@ -142,11 +142,12 @@ diff:
 
 import traceback
 
+# Standard library only: the argument spec needs it even where PyYAML is missing.
+from ansible.module_utils.accel_lease import RUN_LOCK_ARGUMENT_SPEC, release_lock_check
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 
 try:
     from ansible.module_utils.accel_helm import HelmError, ensure_each_present, module_helm, release_specs
-    from ansible.module_utils.accel_lease import lock_check
 
     IMPORT_ERROR = None
 except ImportError:  # pyyaml missing on the host that runs helm
@@ -176,9 +177,7 @@ def main() -> None:
             "atomic": {"type": "bool", "default": True},
             "create_namespace": {"type": "bool", "default": True},
             "validate_schema": {"type": "bool", "default": True},
-            "run_lock_name": {"type": "str", "default": "kube-accel-run"},
-            "run_lock_namespace": {"type": "str"},
-            "run_lock_holder": {"type": "str"},
+            **RUN_LOCK_ARGUMENT_SPEC,
         },
         supports_check_mode=True,
     )
@@ -196,9 +195,7 @@ def main() -> None:
         module.fail_json(**failure_details(exc))
     results, failures = ensure_each_present(helm, specs, check_mode=module.check_mode, diff_mode=module._diff,
                                             validate=p["validate_schema"], workers=p["parallel"],
-                                            run_lock=lock_check(p["kubeconfig"], p["context"],
-                                                                p["run_lock_namespace"] or p["namespace"],
-                                                                p["run_lock_name"], p["run_lock_holder"] or None))
+                                            run_lock=release_lock_check(p))
     diffs = [entry for name in results for entry in results[name].pop("diff", [])]
     for result in results.values():
         result.setdefault("changes", [])

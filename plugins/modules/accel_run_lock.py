@@ -136,6 +136,7 @@ import traceback
 
 from ansible.module_utils.accel_kube import KUBE_ARGUMENT_SPEC, api_client
 from ansible.module_utils.accel_lease import (
+    LEASE_NAME,
     LeaseClient,
     LeaseError,
     acquire,
@@ -151,7 +152,7 @@ from ansible.module_utils.basic import AnsibleModule
 def main() -> None:
     module = AnsibleModule(
         argument_spec={
-            "name": {"type": "str", "default": "kube-accel-run"},
+            "name": {"type": "str", "default": LEASE_NAME},
             "namespace": {"type": "str", "default": "kube-accel"},
             "state": {"type": "str", "choices": ["present", "absent"], "default": "present"},
             "holder": {"type": "str"},

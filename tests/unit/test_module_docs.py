@@ -33,9 +33,13 @@ def test_module_documents_itself(path):
     source = path.read_text()
     spec_names = set(re.findall(r'^\s+"(\w+)": \{"type"', source, re.M)) | set(
         re.findall(r"^\s+(\w+)=dict\(", source, re.M))
-    if "**KUBE_ARGUMENT_SPEC" in source:
-        from ansible.module_utils.accel_kube import KUBE_ARGUMENT_SPEC  # noqa: PLC0415
+    # Shared option sets spliced in from module_utils.
+    from ansible.module_utils.accel_kube import KUBE_ARGUMENT_SPEC  # noqa: PLC0415
+    from ansible.module_utils.accel_lease import RUN_LOCK_ARGUMENT_SPEC  # noqa: PLC0415
 
-        spec_names |= set(KUBE_ARGUMENT_SPEC)
+    shared_specs = {"KUBE_ARGUMENT_SPEC": KUBE_ARGUMENT_SPEC, "RUN_LOCK_ARGUMENT_SPEC": RUN_LOCK_ARGUMENT_SPEC}
+    for name, shared in shared_specs.items():
+        if f"**{name}" in source:
+            spec_names |= set(shared)
     assert spec_names, f"{path.stem}: argument spec not found"
     assert spec_names == set(doc["options"]), path.stem

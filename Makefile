@@ -14,6 +14,7 @@ VENV_STAMP := $(VENV)/.stamp-$(shell sha1sum pyproject.toml | cut -c1-12)
 CHECKOV_STAMP := .venv-checkov/.stamp-$(shell grep -o 'checkov>=[^"]*' pyproject.toml | sha1sum | cut -c1-12)
 INVENTORY ?= inventories/lab/hosts.yml
 PYTEST_ARGS ?=
+export PYTEST_ARGS
 # e.g. BENCH_HOSTS_ARGS="--sizes 1,4" BENCH_CLUSTER_ARGS="--sizes 10,100" for a quicker look.
 BENCH_HOSTS_ARGS ?=
 BENCH_CLUSTER_ARGS ?=
@@ -65,14 +66,8 @@ unit: venv ## Unit tests only (no lab, no Molecule)
 	$(BIN)/python -m pytest tests -m "not lab and not molecule and not gpu" $(PYTEST_ARGS)
 
 .PHONY: test
-test: ## Lint, unit, chart, conformance (upstream code) and lab integration tests, Molecule scenarios
-	scripts/stage.sh toolchain $(MAKE) --no-print-directory toolchain
-	scripts/stage.sh lint $(MAKE) --no-print-directory lint
-	scripts/stage.sh pytest $(BIN)/python -m pytest tests --ignore=tests/molecule --durations=25 $(PYTEST_ARGS)
-	# Molecule scenarios are independent podman hosts with unique names: two at a time, longest first; worksteal lets
-	# the idle worker take scenarios queued behind the long DKMS build. An unchanged scenario reuses its last green
-	# run on this machine (README, "Test suite budget"); KA_MOLECULE_REUSE=0 runs them all.
-	scripts/stage.sh molecule $(BIN)/python -m pytest tests/molecule -n 2 --dist worksteal --durations=0 $(PYTEST_ARGS)
+test: ## Lint, unit, chart, conformance (upstream code) and lab integration tests beside the Molecule scenarios
+	scripts/test.sh
 
 .PHONY: bench
 bench: toolchain ## Benchmarks (BENCHMARKS.md): host fleet, overhead, cluster scale, scheduling -> tests/bench/results

@@ -135,19 +135,35 @@ TOOLS
   for b in kube-apiserver kube-controller-manager kube-scheduler kubectl; do link "$dir/$b" "$b"; done
 }
 
+# Run lanes side by side, each line prefixed with its lane's name; fails when any lane failed, after all ended.
+# Usage: lanes NAME 'COMMANDS' [NAME 'COMMANDS' ...]. The Go builds alone keep 2 cores only ~40 % busy (module
+# downloads, single-threaded links; BENCHMARKS.md "Toolchain"), so independent builds overlap instead of queueing.
+lanes() {
+  local pids=() names=() i rc=0
+  while [ $# -gt 0 ]; do
+    (set -o pipefail; eval "$2" 2>&1 | sed -u "s/^/[$1] /") &
+    pids+=($!) names+=("$1")
+    shift 2
+  done
+  for i in "${!pids[@]}"; do
+    wait "${pids[$i]}" || { log "lane ${names[$i]} failed"; rc=1; }
+  done
+  return "$rc"
+}
+
 case "${1:-all}" in
   helm) build_helm ;;
   kwok) build_kwok ;;
   etcd) build_etcd ;;
   k8s) build_k8s ;;
-  go) build_helm; build_kwok; build_etcd; build_k8s ;;
+  go) lanes k8s build_k8s helm build_helm tools 'build_kwok; build_etcd' ;;
   podman | image | python | molecule) "$HERE/lab-host-image.sh" "$1" ;;
   upstream) "$HERE/upstream.sh" all ;;
   all)
-    build_helm; build_kwok; build_etcd; build_k8s
-    "$HERE/lab-host-image.sh" all
-    # The pinned upstream components the conformance tests run (tests/conformance).
-    "$HERE/upstream.sh" all
+    # Three lanes: Kubernetes; helm v3/v4; kwok, etcd, then the pinned upstream components the conformance tests
+    # run (tests/conformance). The host and Molecule images (apt, debootstrap: network and disk) go beside them.
+    lanes k8s build_k8s helm build_helm tools "build_kwok; build_etcd; '$HERE/upstream.sh' all" \
+      hosts "'$HERE/lab-host-image.sh' all"
     ;;
   *) echo "usage: $0 [all|go|helm|kwok|etcd|k8s|podman|image|molecule|upstream]" >&2; exit 2 ;;
 esac

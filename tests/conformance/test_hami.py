@@ -262,6 +262,49 @@ def test_webhook_skips_its_own_pods_and_ignored_namespaces(tmp_path, name, relea
     assert label_selector_matches(ns, {"kubernetes.io/metadata.name": "team-a"})
 
 
+# Why a pod naming no extended resource may skip HAMi's webhook (matchConditions): the handler gives a pod HAMi's
+# scheduler only when a device found its resource in a container; each device looks up its own resource names,
+# which are extended names; the one change to other pods, NVIDIA_VISIBLE_DEVICES=none, needs overwriteEnv (off in
+# the chart's device config). The devices' MutateAdmission list is pinned: a new device means re-reading it.
+WEBHOOK_GATE = [
+    ("pkg/scheduler/webhook.go", 107, "} else if len(config.SchedulerName) > 0 {"),
+    ("pkg/device/nvidia/device.go", 380, "if !hasResource && dev.config.OverwriteEnv {"),
+]
+MUTATE_ADMISSION = {f"pkg/device/{f}.go" for f in (
+    "amd/device", "ascend/device", "awsneuron/device", "biren/device", "cambricon/device", "enflame/device",
+    "enflame/gcu", "hygon/device", "iluvatar/device", "kunlun/device", "kunlun/vdevice", "metax/device",
+    "metax/sdevice", "mthreads/device", "nvidia/device", "vastai/device")}
+EXTENDED_ONLY = (
+    "object.spec.containers.exists(c, has(c.resources) && "
+    "((has(c.resources.limits) && c.resources.limits.exists(r, r.contains('/'))) || "
+    "(has(c.resources.requests) && c.resources.requests.exists(r, r.contains('/'))))) || "
+    "(has(object.spec.initContainers) && object.spec.initContainers.exists(c, has(c.resources) && "
+    "((has(c.resources.limits) && c.resources.limits.exists(r, r.contains('/'))) || "
+    "(has(c.resources.requests) && c.resources.requests.exists(r, r.contains('/'))))))")
+
+
+def test_webhook_gate_still_matches_hami():
+    for file, line, needle in WEBHOOK_GATE:
+        assert needle in _line(upstream.HAMI, file, line), f"{file}:{line} no longer holds {needle!r}"
+    root = upstream.src(upstream.HAMI)
+    found = {str(p.relative_to(root)) for p in (root / "pkg" / "device").rglob("*.go")
+             if not p.name.endswith("_test.go") and ") MutateAdmission(" in p.read_text()}
+    assert found == MUTATE_ADMISSION, "HAMi's devices changed: re-read their MutateAdmission and the matchConditions"
+
+
+@pytest.mark.parametrize(("name", "release", "values"), HAMI_CASES)
+def test_webhook_sends_only_pods_naming_an_extended_resource(tmp_path, name, release, values):
+    """Issue 20 (1): with failurePolicy Fail and the scheduler down, a pod asking for no GPU is still admitted
+    (the lab proves it on the API server: test_hami_lab.py); matchConditions exist from Kubernetes 1.28."""
+    objs = render_case(tmp_path, release, values)
+    device = yaml.safe_load(one(objs, "ConfigMap", f"{release}-device-config")["data"]["device-config.yaml"])
+    assert device["nvidia"]["overwriteEnv"] is False
+    for kube, present in (("1.25.0", False), ("1.27.0", False), ("1.28.0", True), ("1.36.0", True)):
+        (hook,) = one(render_case(tmp_path, release, values, kube), "MutatingWebhookConfiguration",
+                      f"{release}-webhook")["webhooks"]
+        want = [{"name": "requests-extended-resource", "expression": EXTENDED_ONLY}] if present else None
+        assert hook.get("matchConditions") == want, kube
+
 def _ingress(objs: list[dict], name: str) -> dict[int, list | None]:
     """port -> peers allowed (None = any source)."""
     out: dict[int, list | None] = {}

@@ -6,12 +6,15 @@ code involved is the stand-in for HAMi's device plugin (node registration, alloc
 the registration decodes with HAMi's own code; HAMi's metrics report the registered GPUs; pods asking for GPU
 memory and cores are filtered and bound by HAMi, which writes its device assignment on them; binpack and spread
 place one pod set differently; a pod whose memory fits no GPU stays Pending with HAMi's reason; HAMi clamps cores
-over 100 to a whole GPU; the webhook sets the scheduler on GPU pods only.
+over 100 to a whole GPU; the webhook sets the scheduler on GPU pods only; with the chart's webhook at failurePolicy
+Fail and nothing answering at its address, only pods asking for a device are refused (issue 20).
 """
 
 from __future__ import annotations
 
+import base64
 import json
+import socket
 import subprocess
 import sys
 import time
@@ -257,3 +260,90 @@ def test_cores_over_100_are_clamped_to_a_whole_gpu(lab, hami):
         assert first_device(ann)[3] == "100"
     finally:
         delete_pods(lab, "cores-150")
+
+
+LOCKOUT_WEBHOOK = "kube-accel-lab-webhook-lockout-test"
+
+
+def admit(lab, body: dict) -> tuple[bool, dict | str]:
+    """The API server's admission decision on creating ``body`` (server-side dry run: every admission webhook and
+    policy runs, nothing is stored): (True, the admitted object) or (False, the refusal)."""
+    proc = subprocess.run([str(lab.kubectl), "--kubeconfig", str(lab.kubeconfig), "create", "--dry-run=server",
+                           "-o", "json", "-f", "-"], input=json.dumps(body), capture_output=True, text=True,
+                          check=False)
+    return (True, json.loads(proc.stdout)) if proc.returncode == 0 else (False, proc.stderr)
+
+
+def as_pod(obj: dict, namespace: str) -> dict:
+    """The pod a Deployment's or Job's controller would create from its template."""
+    template = obj["spec"]["template"]
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": f"{obj['metadata']['name']}-x", "namespace": namespace,
+                         "labels": template["metadata"].get("labels", {})},
+            "spec": template["spec"]}
+
+
+def test_webhook_lockout_fail_policy_refuses_only_gpu_pods(lab, hami, tmp_path):
+    """Issue 20 (1): the chart's webhook at failurePolicy Fail while nothing answers at its address (the scheduler
+    down) must not lock the cluster. A lab copy of the chart's MutatingWebhookConfiguration, rendered from the lab's
+    vgpu-hami release values with failurePolicy Fail, keeps the chart's rules, selectors and matchConditions and
+    only points at a closed 127.0.0.1 port; the lab's real API server decides (server-side dry run): a new HAMi
+    scheduler pod and the certgen Job pods are admitted, in the release namespace and in an ordinary one; a pod
+    asking for no GPU is admitted; a pod asking for a GPU (in a container or an init container) is refused. The
+    copy is removed at the end and the lab's own webhook serves GPU pods again."""
+    import lab_upstream  # scripts/lab_upstream.py
+    from lab import versions  # scripts/lab.py
+
+    values = yaml.safe_load((REPO / ".lab" / "hami" / "values.yaml").read_text())  # what lab.py up rendered
+    values.setdefault("hami", {}).setdefault("webhook", {})["failurePolicy"] = "Fail"
+    objs = lab_upstream.render({"name": hami["release"], "chart": "vgpu", "values": values}, hami["namespace"],
+                               versions()["K8S_VERSION"].lstrip("v"), tmp_path)
+    (hook,) = [o for o in objs if o["kind"] == "MutatingWebhookConfiguration"]
+    assert {w["failurePolicy"] for w in hook["webhooks"]} == {"Fail"}
+    ca = base64.b64encode((REPO / ".lab" / "hami" / "tls.crt").read_bytes()).decode()
+    closed = socket.socket()  # bound, never listening: the API server's connection is refused
+    closed.bind(("127.0.0.1", 0))
+    url = f"https://127.0.0.1:{closed.getsockname()[1]}"
+    copy = {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingWebhookConfiguration",
+            "metadata": {"name": LOCKOUT_WEBHOOK, "labels": {"kube-accel.lab": "true"}},
+            "webhooks": [{**w, "clientConfig": {"url": url + w["clientConfig"]["service"]["path"], "caBundle": ca}}
+                         for w in hook["webhooks"]]}
+    own = [o for o in objs if o["kind"] in ("Deployment", "DaemonSet", "Job")
+           and not o["metadata"]["name"].endswith("-test")]
+    assert {o["metadata"]["name"] for o in own} >= {f"{hami['release']}-scheduler"}
+    ns_labels = json.loads(lab.kubectl_run("get", "namespace", NS, "-o", "json").stdout)["metadata"]["labels"]
+    assert "hami.io/webhook" not in ns_labels, "the test namespace must be an ordinary one"
+    for sa in {pod_spec["spec"]["serviceAccountName"] for pod_spec in (as_pod(o, NS) for o in own)}:
+        lab.kubectl_run("create", "serviceaccount", sa, "-n", NS, check=False)  # the pods' SAs, in NS too
+    gpu = pod("lockout-gpu", {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "1000"})
+    init_gpu = pod("lockout-init-gpu", {"cpu": "100m"})
+    init_gpu["spec"]["initContainers"] = [{"name": "i", "image": "registry.k8s.io/pause:3.10",
+                                           "resources": {"limits": {"nvidia.com/gpu": "1"}}}]
+    try:
+        lab.kubectl_run("delete", "mutatingwebhookconfiguration", LOCKOUT_WEBHOOK, "--ignore-not-found")
+        create(lab, copy)
+
+        def refused():  # the API server loads the new configuration asynchronously
+            ok, why = admit(lab, gpu)
+            return None if ok else why
+
+        why = wait("the copy at failurePolicy Fail to refuse a GPU pod", refused, timeout=30)
+        assert 'failed calling webhook "vgpu.hami.io"' in why and url in why, why
+        ok, why = admit(lab, init_gpu)
+        assert not ok and url in why, "a GPU asked for by an init container goes to the webhook too"
+        for body in (pod("lockout-cpu", {"cpu": "100m"}), pod("lockout-none", None, pool=None)):
+            ok, got = admit(lab, body)
+            assert ok, f"{body['metadata']['name']} asks for no GPU but was refused: {got}"
+            assert got["spec"]["schedulerName"] == "default-scheduler"
+        for obj in own:
+            # The certgen hook Jobs' ServiceAccount exists only while the hooks run: their pods are tried in NS.
+            for namespace in (NS,) if obj["kind"] == "Job" else (hami["namespace"], NS):
+                ok, got = admit(lab, as_pod(obj, namespace))
+                assert ok, f"a new {obj['metadata']['name']} pod in {namespace} was refused: {got}"
+    finally:
+        closed.close()
+        lab.kubectl_run("delete", "mutatingwebhookconfiguration", LOCKOUT_WEBHOOK, "--ignore-not-found",
+                        check=False)
+    # The lab is as before: its own webhook copy (HAMi up) gives GPU pods HAMi's scheduler again.
+    wait("the lab's webhook to serve GPU pods again",
+         lambda: (r := admit(lab, gpu))[0] and r[1]["spec"]["schedulerName"] == hami["scheduler_name"], timeout=30)

@@ -44,7 +44,7 @@
 {{- end -}}
 
 {{/*
-RBAC of a second kube-scheduler (both backends). Call with (dict "root" $ "component" "scheduler" "lease" name).
+RBAC of a second kube-scheduler (both backends). Call with (dict "root" $ "component" "scheduler" "lease" name "leaderElect" bool).
 Built-in roles carry the scheduler's usual permissions; only the leader-election Lease of its own name needs a Role.
 */}}
 {{- define "vgpu.schedulerRBAC" -}}
@@ -89,6 +89,7 @@ roleRef:
   name: extension-apiserver-authentication-reader
 subjects:
   - {kind: ServiceAccount, name: {{ $name }}, namespace: {{ $ns }}}
+{{- if .leaderElect }}
 ---
 apiVersion: rbac.authorization.k8s.io/v1
 kind: Role
@@ -98,7 +99,8 @@ metadata:
   labels:
     {{- include "ka.labels" . | nindent 4 }}
 rules:
-  # Leader election: system:kube-scheduler only covers the Lease named kube-scheduler.
+  # Leader election (client-go's LeaseLock: get, create, update; tests/conformance/test_scheduler_rbac.py keeps
+  # the file:line table): system:kube-scheduler only covers the Lease named kube-scheduler.
   - apiGroups: [coordination.k8s.io]
     resources: [leases]
     verbs: [create]
@@ -120,6 +122,7 @@ roleRef:
   name: {{ $name }}
 subjects:
   - {kind: ServiceAccount, name: {{ $name }}, namespace: {{ $ns }}}
+{{- end }}
 {{- end -}}
 
 {{/* The kube-scheduler container of a second scheduler. */}}

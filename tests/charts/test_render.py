@@ -22,7 +22,8 @@ from chartlib import (
 )
 
 CASES = [pytest.param(c, v, id=f"{c}-{v.stem}") for c in CHARTS for v in values_files(c)]
-CLUSTER_SCOPED = {"ClusterRole", "ClusterRoleBinding", "MutatingWebhookConfiguration", "PriorityClass"}
+CLUSTER_SCOPED = {"ClusterRole", "ClusterRoleBinding", "MutatingWebhookConfiguration", "PriorityClass",
+                  "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
 # Objects of CRDs kubernetes-validate has no schema for; each is validated by the test that renders it.
 CRD_API_GROUPS = {"cert-manager.io"}
 LABEL_KEYS = {

@@ -28,8 +28,10 @@ def _plain(value):
 
 def accel_plan_problems(settings, host, facts=None, inventory_export=None, spec_errors=None):
     """``settings | accel_plan_problems(inventory_hostname, nvidia_gpus, export, spec_errors)`` -> list."""
-    pools = accel_plan.pool_memberships(_plain(inventory_export), str(host)) if inventory_export else None
-    problems = accel_plan.host_problems(str(host), _plain(settings), _plain(facts or {}), pools)
+    export = _plain(inventory_export) if inventory_export else None
+    pools = accel_plan.pool_memberships(export, str(host)) if export else None
+    groups = accel_plan.pool_groups(export) if export else None
+    problems = accel_plan.host_problems(str(host), _plain(settings), _plain(facts or {}), pools, groups)
     return accel_plan.merge_spec_errors(str(host), problems, _plain(spec_errors or []))
 
 

@@ -4,9 +4,11 @@
 
 Public API (the preflight role reaches it through the ``accel_plan_problems`` filter):
 
-- ``host_problems(host, settings, facts=None, pools=None) -> list[str]``: all problems of one host. ``settings``
-  are the host's ``accel_*`` variables, ``facts`` its ``nvidia_gpus`` fact, ``pools`` its pool memberships from
-  ``pool_memberships``.
+- ``host_problems(host, settings, facts=None, pools=None, pool_groups=None) -> list[str]``: all problems of one
+  host. ``settings`` are the host's ``accel_*`` variables, ``facts`` its ``nvidia_gpus`` fact, ``pools`` its pool
+  memberships from ``pool_memberships``, ``pool_groups`` every pool group's settings from ``pool_groups``.
+- ``pool_groups(export)``: every pool group with the settings its hosts get from group vars (all, gpu_pools, the
+  group), to find two groups that name one pool with different settings.
 - ``pool_memberships(export, host)``: ``[{"group", "vars"}]`` for each pool group (child of ``gpu_pools``) holding
   the host, from ``ansible-inventory --list --export`` output (group_vars are merged per host, so the groups'
   own settings are only visible there).
@@ -23,9 +25,10 @@ import ipaddress
 import re
 from dataclasses import dataclass, field
 
+from ansible.module_utils import accel_k8s_names as names
 from ansible.module_utils.accel_constants import MODES, VCUDA_CORES_PER_GPU, VGPU_BACKENDS
 from ansible.module_utils.accel_inventory import RUNTIME_FACTS, VARIABLES, did_you_mean
-from ansible.module_utils.accel_mig import MODELS, driver_problems, geometry_problems
+from ansible.module_utils.accel_mig import MIN_DRIVER, MODELS, driver_problems, geometry_problems, model_for_device
 
 MPS_MIN_REPLICAS = 2
 # MPS client CUDA contexts per GPU by compute capability, newest first. NVIDIA's nvidia-cuda-mps-control(1): "For
@@ -52,6 +55,19 @@ CUDA12_FIRST_DRIVER_BRANCH = 525  # R525 is the first branch shipping a CUDA 12.
 MIN_KUBERNETES_NUMA = (1, 30)
 PCI_ID_RE = re.compile(r"^[0-9a-fA-F]{4}:[0-9a-fA-F]{4}$")
 POOLS_GROUP = "gpu_pools"
+# The first driver branch whose CUDA knows each GPU architecture (CUDA Toolkit release notes, "CUDA Toolkit and
+# Corresponding Driver Versions": sm_70 CUDA 9.0 / 384, sm_75 10.0 / 410, sm_80 11.0 / 450, sm_86 11.1 / 455, sm_89
+# and sm_90 11.8 / 520, sm_100 and sm_120 12.8 / 570), newest first. A model with a published minimum (accel_mig
+# MIN_DRIVER, the MIG User Guide's table) uses that instead: H100 525, H200 550, B300 580.
+MIN_BRANCH_BY_CC = (((12, 0), 570), ((10, 0), 570), ((9, 0), 520), ((8, 9), 520), ((8, 6), 455), ((8, 0), 450),
+                    ((7, 5), 410), ((7, 0), 384))
+# Where an image registry prefix is spliced: registry[:port][/path], as a container image reference's domain and
+# path components are written (no scheme, no tag or digest, no trailing "/").
+REGISTRY_PREFIX_RE = re.compile(
+    r"^[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?)*(:[0-9]{1,5})?"
+    r"(/[a-z0-9]+((\.|_|__|-+)[a-z0-9]+)*)*$")
+SEMVER_RE = re.compile(r"^v?(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)(-[0-9A-Za-z.-]+)?(\+[0-9A-Za-z.-]+)?$")
+REBOOT_SERIAL_PERCENT_RE = re.compile(r"^\s*(\d+)\s*%\s*$")
 
 
 @dataclass
@@ -60,6 +76,7 @@ class Context:
     settings: dict
     facts: dict = field(default_factory=dict)
     pools: list | None = None
+    pool_groups: list | None = None
 
     def get(self, name, default=None):
         return self.settings.get(name, default)
@@ -74,6 +91,17 @@ class Context:
 
 
 _UNSET = object()
+
+
+def _int_problem(ctx: Context, name: str, raw, low: int, high: int | None, meaning: str) -> list[str]:
+    """``raw`` is an integer in low..high (high None: no maximum); says "not an integer" for text and floats."""
+    allowed = f"an integer {low}..{high} ({meaning})" if high is not None else f"an integer >= {low} ({meaning})"
+    number = _as_int(raw)
+    if number is None:
+        return [ctx.problem(name, raw, "not an integer", allowed)]
+    if number < low or (high is not None and number > high):
+        return [ctx.problem(name, raw, "out of range", allowed)]
+    return []
 
 
 def _as_int(value):
@@ -180,11 +208,8 @@ def rule_hami_settings(ctx: Context) -> list[str]:
         return []
     problems = []
     if "accel_vgpu_split_count" in ctx.settings:
-        raw = ctx.get("accel_vgpu_split_count")
-        split = _as_int(raw)
-        if split is None or split < 1:
-            problems.append(ctx.problem("accel_vgpu_split_count", raw, "not a positive task count",
-                                        "an integer >= 1 (tasks sharing one GPU)"))
+        problems += _int_problem(ctx, "accel_vgpu_split_count", ctx.get("accel_vgpu_split_count"), 1, None,
+                                 "tasks sharing one GPU")
     for name in ("accel_vgpu_memory_scaling", "accel_vgpu_core_scaling"):
         if name not in ctx.settings:
             continue
@@ -236,11 +261,12 @@ def rule_mps(ctx: Context) -> list[str]:
     raw = ctx.get("accel_mps_replicas", _UNSET)
     replicas = _as_int(raw)
     in_range = replicas is not None and MPS_MIN_REPLICAS <= replicas <= MPS_MAX_REPLICAS
-    if not in_range:
-        what = "required with accel_mode mps" if raw is _UNSET else "out of range"
-        problems.append(ctx.problem("accel_mps_replicas", raw, what,
-                                    f"an integer {MPS_MIN_REPLICAS}..{MPS_MAX_REPLICAS} "
-                                    f"(MPS clients per GPU)"))
+    if raw is _UNSET:
+        problems.append(ctx.problem("accel_mps_replicas", raw, "required with accel_mode mps",
+                                    f"an integer {MPS_MIN_REPLICAS}..{MPS_MAX_REPLICAS} (MPS clients per GPU)"))
+    else:
+        problems += _int_problem(ctx, "accel_mps_replicas", raw, MPS_MIN_REPLICAS, MPS_MAX_REPLICAS,
+                                 "MPS clients per GPU")
     seen = set()
     for gpu in ctx.gpus:
         cc = _version_tuple(gpu.get("compute_capability", ""))
@@ -274,12 +300,13 @@ def rule_timeslice(ctx: Context) -> list[str]:
                     "time-slicing is never combined with MPS or MIG)"))
         return problems
     raw = ctx.get("accel_timeslice_replicas", _UNSET)
-    replicas = _as_int(raw)
-    if replicas is None or not TIMESLICE_MIN_REPLICAS <= replicas <= TIMESLICE_MAX_REPLICAS:
-        what = "required with accel_mode timeslice" if raw is _UNSET else "out of range"
-        problems.append(ctx.problem("accel_timeslice_replicas", raw, what,
+    if raw is _UNSET:
+        problems.append(ctx.problem("accel_timeslice_replicas", raw, "required with accel_mode timeslice",
                                     f"an integer {TIMESLICE_MIN_REPLICAS}..{TIMESLICE_MAX_REPLICAS} "
                                     f"(pods sharing one GPU in turns)"))
+    else:
+        problems += _int_problem(ctx, "accel_timeslice_replicas", raw, TIMESLICE_MIN_REPLICAS,
+                                 TIMESLICE_MAX_REPLICAS, "pods sharing one GPU in turns")
     for name in TIMESLICE_VARIABLES[1:]:
         value = ctx.get(name)
         if name in ctx.settings and not (isinstance(value, bool) or str(value).strip().lower() in _BOOL_WORDS):
@@ -340,10 +367,10 @@ def rule_mig_owner(ctx: Context) -> list[str]:
 
 def rule_sriov(ctx: Context) -> list[str]:
     raw = ctx.get("accel_sriov_numvfs", 0)
+    problems = _int_problem(ctx, "accel_sriov_numvfs", raw, 0, None, "0 disables SR-IOV")
+    if problems:
+        return problems
     numvfs = _as_int(raw)
-    if numvfs is None or numvfs < 0:
-        return [ctx.problem("accel_sriov_numvfs", raw, "not a count", "an integer >= 0 (0 disables SR-IOV)")]
-    problems = []
     if numvfs == 0:
         return problems
     for gpu in ctx.gpus:
@@ -370,7 +397,7 @@ def rule_vfio(ctx: Context) -> list[str]:
         problems.append(ctx.problem("accel_vfio_pci_ids", ids, "not a list", "a list of \"vvvv:dddd\" IDs"))
         return problems
     for pci_id in ids:
-        if not isinstance(pci_id, str) or not PCI_ID_RE.match(pci_id):
+        if not isinstance(pci_id, str) or not PCI_ID_RE.fullmatch(pci_id):
             problems.append(ctx.problem("accel_vfio_pci_ids", pci_id, "not a PCI vendor:device ID",
                                         "4 hex digits, a colon, 4 hex digits, e.g. \"10de:20b5\""))
     return problems
@@ -434,6 +461,141 @@ def rule_unknown_variables(ctx: Context) -> list[str]:
     return problems
 
 
+def rule_names(ctx: Context) -> list[str]:
+    """Values that become Kubernetes names, checked the way the API server checks them (accel_k8s_names)."""
+    problems = []
+    pool = ctx.get("accel_pool", _UNSET)
+    if pool is not _UNSET:
+        what = "empty" if pool in ("", None) else names.label_value(pool)
+        if what:
+            problems.append(ctx.problem("accel_pool", pool, f"{what}: it becomes the kube-accel.io/pool label and "
+                                        "taint value", names.LABEL_VALUE_ALLOWED))
+    for name, may_be_empty in (("accel_namespace", False), ("accel_monitoring_dashboards_namespace", True),
+                               ("accel_monitoring_hpa_adapter_namespace", True)):
+        value = ctx.get(name, _UNSET)
+        if value is _UNSET or (may_be_empty and value in ("", None)):
+            continue
+        what = names.dns1123_label(value)
+        if what:
+            problems.append(ctx.problem(name, value, f"{what}: not a namespace name", names.DNS1123_LABEL_ALLOWED))
+    secrets = ctx.get("accel_image_pull_secrets")
+    if isinstance(secrets, list):  # not a list: the argument spec reports the type
+        for secret in secrets:
+            what = names.dns1123_subdomain(secret)
+            if what:
+                problems.append(ctx.problem("accel_image_pull_secrets", secret, f"{what}: not a Secret name",
+                                            names.DNS1123_SUBDOMAIN_ALLOWED))
+    for name in ("accel_gpu_operator_service_monitor_labels", "accel_monitoring_rule_labels"):
+        value = ctx.get(name)
+        if isinstance(value, dict):
+            for what in names.labels(value):
+                problems.append(ctx.problem(name, value, what,
+                                            f"label keys: {names.LABEL_KEY_ALLOWED}; values: "
+                                            f"{names.LABEL_VALUE_ALLOWED}"))
+    return problems
+
+
+def _reboot_serial_problem(value) -> str:
+    if isinstance(value, list):
+        return next((p for p in map(_reboot_serial_problem, value) if p), "" if value else "an empty list")
+    match = REBOOT_SERIAL_PERCENT_RE.match(value) if isinstance(value, str) else None
+    if match:
+        return "" if 1 <= int(match.group(1)) <= 100 else f"{value!r} is not a percentage 1..100"
+    number = _as_int(value)
+    if number is None:
+        return f"{value!r} is neither a host count nor a percentage"
+    return "" if number >= 1 else f"{value!r} is not a host count >= 1"
+
+
+def rule_cluster_settings(ctx: Context) -> list[str]:
+    """Cluster-wide settings (group_vars/all) whose type alone does not make them usable."""
+    problems = []
+    registry = ctx.get("accel_image_registry")
+    if isinstance(registry, str) and registry and not REGISTRY_PREFIX_RE.fullmatch(registry):
+        problems.append(ctx.problem("accel_image_registry", registry,
+                                    "not a registry prefix (it replaces the registry of every image reference)",
+                                    "host[:port][/path], e.g. \"registry.example.com:5000/mirror\": no scheme, "
+                                    "tag, digest or trailing \"/\"; empty for the upstream registries"))
+    serial = ctx.get("accel_reboot_serial", _UNSET)
+    if serial is not _UNSET:
+        what = _reboot_serial_problem(serial)
+        if what:
+            problems.append(ctx.problem("accel_reboot_serial", serial, what,
+                                        "a host count >= 1, a percentage \"1%\"..\"100%\", or a list of those "
+                                        "(Ansible serial batches)"))
+    if "accel_reboot_max_fail_percentage" in ctx.settings:
+        problems += _int_problem(ctx, "accel_reboot_max_fail_percentage",
+                                 ctx.get("accel_reboot_max_fail_percentage"), 0, 100, "percent of a reboot batch")
+    if "accel_run_lock_wait" in ctx.settings:
+        problems += _int_problem(ctx, "accel_run_lock_wait", ctx.get("accel_run_lock_wait"), 0, None,
+                                 "seconds; 0 fails at once")
+    version = ctx.get("accel_gpu_operator_chart_version")
+    if version not in (None, "") and not (isinstance(version, str) and SEMVER_RE.fullmatch(version)):
+        problems.append(ctx.problem("accel_gpu_operator_chart_version", version, "not a chart version",
+                                    "a semantic version such as \"v26.7.0\" (Helm chart versions are SemVer 2)"))
+    kube = ctx.get("accel_kubernetes_version")
+    if kube not in (None, "") and not re.fullmatch(r"v?1\.\d+(\.\d+)?", str(kube)):
+        problems.append(ctx.problem("accel_kubernetes_version", kube, "not a Kubernetes version",
+                                    "a version such as \"1.36\" or \"v1.36.3\""))
+    return problems
+
+
+def minimum_driver_branch(gpu: dict) -> tuple[int, str] | None:
+    """(branch, where the number comes from) for one GPU of the facts, or None when nothing is known."""
+    model = model_for_device(gpu.get("pci_device_id")) if gpu.get("pci_device_id") is not None else None
+    if model is not None:
+        return int(MIN_DRIVER[model.name].split(".")[0]), f"{model.name} needs driver {MIN_DRIVER[model.name]}"
+    cc = _version_tuple(gpu.get("compute_capability", ""))
+    if cc is None:
+        return None
+    for minimum, branch in MIN_BRANCH_BY_CC:
+        if cc >= minimum:
+            return branch, (f"compute capability {gpu.get('compute_capability')} needs a CUDA that knows it, "
+                            f"driver branch {branch} or newer")
+    return None
+
+
+def rule_driver_branch_gpus(ctx: Context) -> list[str]:
+    """The planned branch must know every GPU of the host (MIG minimums are rule_mig_geometry's)."""
+    branch = _driver_branch(ctx.get("accel_driver_branch"))
+    if branch is None or _as_bool(ctx.get("accel_vfio_passthrough", False)):
+        return []  # passthrough hosts run no host driver
+    mig_pool = bool(ctx.get("accel_mig_geometry")) and ctx.get("accel_mode") == "pgpu"
+    problems, seen = [], set()
+    for gpu in ctx.gpus:
+        found = minimum_driver_branch(gpu)
+        if found is None or found[0] <= branch or gpu.get("name") in seen:
+            continue
+        if mig_pool and model_for_device(gpu.get("pci_device_id")) is not None:
+            continue  # rule_mig_geometry reports the same minimum for MIG models
+        seen.add(gpu.get("name"))
+        problems.append(ctx.problem("accel_driver_branch", ctx.get("accel_driver_branch"),
+                                    f"older than {_gpu_label(gpu)} supports: {found[1]}",
+                                    f"accel_driver_branch {found[0]} or newer"))
+    return problems
+
+
+def rule_pool_groups_agree(ctx: Context) -> list[str]:
+    """Two pool groups that name one pool must give it the same settings: one pool is one label, one chart
+    config and one set of Jobs, built from one host's settings (accel_pools.pools_from_hostvars)."""
+    if not ctx.pool_groups or ctx.pools is None:
+        return []
+    mine = {p["group"] for p in ctx.pools}
+    pool = ctx.get("accel_pool")
+    same = [g for g in ctx.pool_groups if g["vars"].get("accel_pool") == pool and pool is not None]
+    if len(same) < 2 or not mine & {g["group"] for g in same}:
+        return []
+    pool_vars = sorted(n for n, v in VARIABLES.items() if v["scope"] == "pool" and n != "accel_pool")
+    differing = [n for n in pool_vars if len({repr(g["vars"].get(n)) for g in same}) > 1]
+    if not differing:
+        return []
+    shown = "; ".join(f"{n}: " + ", ".join(f"{g['group']}={g['vars'].get(n, '(unset)')!r}" for g in same)
+                      for n in differing)
+    return [ctx.problem("accel_pool", pool, f"pool groups {[g['group'] for g in same]} name this pool with "
+                        f"different settings ({shown})",
+                        "one pool group per accel_pool, or the same pool settings in every group naming it")]
+
+
 RULES = (
     rule_unknown_variables,
     rule_mode,
@@ -449,12 +611,18 @@ RULES = (
     rule_vfio,
     rule_kubernetes_numa,
     rule_control_plane_cidrs,
+    rule_names,
+    rule_cluster_settings,
+    rule_driver_branch_gpus,
+    rule_pool_groups_agree,
 )
 
 
-def host_problems(host: str, settings: dict, facts: dict | None = None, pools: list | None = None) -> list[str]:
+def host_problems(host: str, settings: dict, facts: dict | None = None, pools: list | None = None,
+                  pool_groups: list | None = None) -> list[str]:
     """Every problem with one host's plan (empty list = the plan is fine)."""
-    ctx = Context(host=host, settings=dict(settings or {}), facts=dict(facts or {}), pools=pools)
+    ctx = Context(host=host, settings=dict(settings or {}), facts=dict(facts or {}), pools=pools,
+                  pool_groups=pool_groups)
     problems: list[str] = []
     for rule in RULES:
         problems.extend(rule(ctx))
@@ -478,6 +646,14 @@ def pool_memberships(export: dict, host: str) -> list[dict]:
         if host in hosts_of(group, set()):
             pools.append({"group": group, "vars": dict((export.get(group) or {}).get("vars") or {})})
     return pools
+
+
+def pool_groups(export: dict) -> list[dict]:
+    """Every pool group (child of gpu_pools) with the settings its hosts get from group vars: all, gpu_pools, then
+    its own (host vars aside, which rule_one_pool's per-host view covers)."""
+    inherited = {**((export.get("all") or {}).get("vars") or {}), **((export.get(POOLS_GROUP) or {}).get("vars") or {})}
+    return [{"group": group, "vars": {**inherited, **((export.get(group) or {}).get("vars") or {})}}
+            for group in (export.get(POOLS_GROUP) or {}).get("children") or []]
 
 
 def vcuda_core_problems(value, where: str = "tencent.com/vcuda-core") -> list[str]:

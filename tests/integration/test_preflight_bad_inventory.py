@@ -68,6 +68,23 @@ EXPECTED = {
         "kubelet Topology Manager) needs Kubernetes 1.30 or newer: kube-accel sets it in a kubelet --config-dir "
         "drop-in, a flag kubelet accepts by default only from 1.30; allowed: >= 1.30, or accel_numa_policy none",
     ],
+    "bad-names-0": [
+        "accel_pool = 'GPU pool': not a valid label value: it becomes the kube-accel.io/pool label and taint value; "
+        "allowed: at most 63 letters, digits, '-', '_' and '.', starting and ending with a letter or digit (Kubernetes "
+        "label value)",
+        "accel_driver_branch = '470': older than GPU 0 (NVIDIA H100 80GB HBM3) supports: H100-80GB needs driver "
+        "525.85.12; allowed: accel_driver_branch 525 or newer",
+    ],
+    "bad-split-a-0": [
+        "accel_pool = 'split': pool groups ['pool_split_a', 'pool_split_b'] name this pool with different settings "
+        "(accel_mode: pool_split_a='pgpu', pool_split_b='timeslice'; accel_timeslice_replicas: pool_split_a='(unset)', "
+        "pool_split_b=4); allowed: one pool group per accel_pool, or the same pool settings in every group naming it",
+    ],
+    "bad-split-b-0": [
+        "accel_pool = 'split': pool groups ['pool_split_a', 'pool_split_b'] name this pool with different settings "
+        "(accel_mode: pool_split_a='pgpu', pool_split_b='timeslice'; accel_timeslice_replicas: pool_split_a='(unset)', "
+        "pool_split_b=4); allowed: one pool group per accel_pool, or the same pool settings in every group naming it",
+    ],
     "bad-twin-0": [
         "group_names = ['pool_twin_vgpu', 'pool_ok_pgpu']: different modes on one host: pool_twin_vgpu "
         "(accel_mode=vgpu), pool_ok_pgpu (accel_mode=pgpu); allowed: exactly one pool group under gpu_pools, so one "
@@ -126,6 +143,24 @@ def test_bad_plan_changes_nothing_and_stops_after_preflight(bad_run):
     assert "ok-pgpu-0: plan OK (8 GPU(s); source snapshot:dual-socket-a100x8)" in proc.stdout
     plays = re.findall(r"^PLAY \[(.+?)\]", proc.stdout, re.M)
     assert plays == ["Find the GPU hosts that can be reached", "Preflight checks on every reachable GPU host"], plays
+
+
+def test_cluster_settings_are_validated_on_every_host():
+    """Cluster-wide variables (group_vars/all) are checked too, every problem at once, nothing changed."""
+    proc, _ = playbook("ansible/site.yml", "--tags", "preflight", "-i", "inventories/tests/bad_plan", "--limit",
+                       "ok-pgpu-0", "-e", '{"accel_reboot_serial": "150%", "accel_image_registry": "https://mirror/", '
+                       '"accel_run_lock_wait": "1m", "accel_gpu_operator_chart_version": "latest", '
+                       '"accel_image_pull_secrets": ["Reg Cred"]}')
+    assert proc.returncode != 0, proc.stdout
+    assert [line.split(";")[0] for line in problem_lines(proc.stdout, "ok-pgpu-0")] == [
+        "accel_image_pull_secrets = 'Reg Cred': not an RFC 1123 subdomain: not a Secret name",
+        "accel_image_registry = 'https://mirror/': not a registry prefix (it replaces the registry of every image "
+        "reference)",
+        "accel_reboot_serial = '150%': '150%' is not a percentage 1..100",
+        "accel_run_lock_wait = '1m': not an integer",
+        "accel_gpu_operator_chart_version = 'latest': not a chart version",
+    ], proc.stdout
+    assert all(s["changed"] == 0 for s in recap(proc.stdout).values())
 
 
 def test_lab_inventory_passes_preflight():

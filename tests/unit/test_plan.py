@@ -94,7 +94,10 @@ def test_rule_gpu_manager_refused_on_cuda_12():
     assert problems == [
         "gpu-01: accel_vgpu_backend = 'gpu-manager': GPU-Manager does not support the CUDA 12.4 driver (driver "
         "550.54.15) on this host; allowed: hami for CUDA 12 and newer drivers; gpu-manager only with a CUDA 11.x "
-        "driver (branch 520 or older)"]
+        "driver (branch 520 or older)",
+        # No branch GPU-Manager accepts knows an H100: the plan cannot work on this host at all.
+        "gpu-01: accel_driver_branch = '470': older than GPU 0 (NVIDIA H100 80GB HBM3) supports: H100-80GB needs "
+        "driver 525.85.12; allowed: accel_driver_branch 525 or newer"]
     # Before the driver is installed the planned branch decides.
     planned = check(pool(mode="vgpu", vgpu_backend="gpu-manager", driver_branch="550"), {"count": 0})
     assert len(planned) == 1 and planned[0].startswith("gpu-01: accel_driver_branch = '550': with accel_vgpu_backend")
@@ -154,10 +157,17 @@ def test_rule_mps_replicas_in_range(replicas):
     assert check(pool(mode="mps", mps_replicas=replicas), gpus("a30")) == []
 
 
-@pytest.mark.parametrize("replicas", [1, 0, 49, 64, -2, "many", 2.5, True])
+@pytest.mark.parametrize("replicas", [1, 0, 49, 64, -2, "1"])
 def test_rule_mps_replicas_out_of_range(replicas):
     assert check(pool(mode="mps", mps_replicas=replicas), gpus("a30")) == [
         f"gpu-01: accel_mps_replicas = {replicas!r}: out of range; allowed: an integer 2..48 (MPS clients per GPU)"]
+
+
+@pytest.mark.parametrize("replicas", ["many", 2.5, True, None, ""])
+def test_rule_mps_replicas_not_an_integer(replicas):
+    # A string or a float where an integer is due is named for what it is, not as "out of range".
+    assert check(pool(mode="mps", mps_replicas=replicas), gpus("a30")) == [
+        f"gpu-01: accel_mps_replicas = {replicas!r}: not an integer; allowed: an integer 2..48 (MPS clients per GPU)"]
 
 
 def test_rule_mps_replicas_required():
@@ -192,10 +202,13 @@ def test_rule_timeslice_replicas_in_range(replicas):
     assert check(pool(mode="timeslice", timeslice_replicas=replicas), gpus("t4")) == []
 
 
-@pytest.mark.parametrize("replicas", [1, 0, 65, -4, "many", 2.5, True, None])
-def test_rule_timeslice_replicas_out_of_range(replicas):
+@pytest.mark.parametrize(("replicas", "what"), [(1, "out of range"), (0, "out of range"), (65, "out of range"),
+                                               (-4, "out of range"), ("many", "not an integer"),
+                                               (2.5, "not an integer"), (True, "not an integer"),
+                                               (None, "not an integer")])
+def test_rule_timeslice_replicas_out_of_range(replicas, what):
     assert check(pool(mode="timeslice", timeslice_replicas=replicas), gpus("t4")) == [
-        f"gpu-01: accel_timeslice_replicas = {replicas!r}: out of range; allowed: an integer 2..64 (pods sharing one "
+        f"gpu-01: accel_timeslice_replicas = {replicas!r}: {what}; allowed: an integer 2..64 (pods sharing one "
         "GPU in turns)"]
 
 
@@ -261,7 +274,10 @@ def test_rule_sriov_numvfs():
         "gpu-01: accel_sriov_numvfs = 17: above GPU 0 (NVIDIA A30)'s sriov_totalvfs 16; allowed: 0..16"]
     assert check(pool(mode="pgpu", sriov_numvfs=4), gpus("t4")) == [
         "gpu-01: accel_sriov_numvfs = 4: GPU 0 (Tesla T4) is not SR-IOV capable (sriov_totalvfs 0); allowed: 0..0"]
-    assert check(pool(mode="pgpu", sriov_numvfs=-1))[0].startswith("gpu-01: accel_sriov_numvfs = -1: not a count")
+    assert check(pool(mode="pgpu", sriov_numvfs=-1)) == [
+        "gpu-01: accel_sriov_numvfs = -1: out of range; allowed: an integer >= 0 (0 disables SR-IOV)"]
+    assert check(pool(mode="pgpu", sriov_numvfs="four")) == [
+        "gpu-01: accel_sriov_numvfs = 'four': not an integer; allowed: an integer >= 0 (0 disables SR-IOV)"]
 
 
 def test_rule_vfio_needs_iommu():
@@ -395,8 +411,7 @@ def test_rule_hami_settings():
     assert check(good, gpus("h100-80gb")) == []
     bad = pool(mode="vgpu", vgpu_backend="hami", vgpu_split_count=0, vgpu_memory_scaling=-1, vgpu_core_scaling="x")
     assert check(bad, gpus("h100-80gb")) == [
-        "gpu-01: accel_vgpu_split_count = 0: not a positive task count; allowed: an integer >= 1 (tasks sharing one "
-        "GPU)",
+        "gpu-01: accel_vgpu_split_count = 0: out of range; allowed: an integer >= 1 (tasks sharing one GPU)",
         "gpu-01: accel_vgpu_memory_scaling = -1: not a positive factor; allowed: a number > 0 (1.0 = no "
         "oversubscription)",
         "gpu-01: accel_vgpu_core_scaling = 'x': not a positive factor; allowed: a number > 0 (1.0 = no "
@@ -435,3 +450,111 @@ def test_rule_control_plane_cidrs():
     assert check(pool(mode="pgpu", control_plane_cidrs=["10.0.0.10/24", "cp-01"])) == [
         "gpu-01: accel_control_plane_cidrs = ['10.0.0.10/24', 'cp-01']: ['10.0.0.10/24', 'cp-01'] not network "
         "addresses in CIDR notation; allowed: CIDRs such as \"10.0.0.10/32\" or \"10.0.0.0/24\" (no host bits set)"]
+
+
+# --- plan validation gaps (issue 16.6): names, cluster settings, driver branch per GPU, pools across groups ------
+
+
+@pytest.mark.parametrize(("value", "what"), [
+    ("Pool A", "not a valid label value"), ("-train", "not a valid label value"), ("train_", "not a valid label value"),
+    ("p" * 64, "64 characters, longer than 63"), ("", "empty"), (7, "not a string")])
+def test_rule_names_pool_is_a_label_value(value, what):
+    assert check(pool(pool=value, mode="pgpu"), gpus("t4")) == [
+        f"gpu-01: accel_pool = {value!r}: {what}: it becomes the kube-accel.io/pool label and taint value; allowed: "
+        "at most 63 letters, digits, '-', '_' and '.', starting and ending with a letter or digit (Kubernetes label "
+        "value)"]
+
+
+def test_rule_names_namespaces_secrets_and_label_maps():
+    settings = pool(pool="p", mode="pgpu", namespace="Kube_Accel", monitoring_dashboards_namespace="",
+                    monitoring_hpa_adapter_namespace="monitoring.", image_pull_secrets=["regcred", "Reg Cred"],
+                    gpu_operator_service_monitor_labels={"release": "kube-prometheus-stack", "bad key/x/y": "ok"},
+                    monitoring_rule_labels={"team": "gpu ops"})
+    problems = check(settings, gpus("t4"))
+    assert [p.split(";")[0] for p in problems] == [
+        "gpu-01: accel_namespace = 'Kube_Accel': not an RFC 1123 label: not a namespace name",
+        "gpu-01: accel_monitoring_hpa_adapter_namespace = 'monitoring.': not an RFC 1123 label: not a namespace name",
+        "gpu-01: accel_image_pull_secrets = 'Reg Cred': not an RFC 1123 subdomain: not a Secret name",
+        "gpu-01: accel_gpu_operator_service_monitor_labels = {'release': 'kube-prometheus-stack', 'bad key/x/y': "
+        "'ok'}: key 'bad key/x/y': prefix 'bad key/x': not an RFC 1123 subdomain",
+        "gpu-01: accel_monitoring_rule_labels = {'team': 'gpu ops'}: value 'gpu ops' of 'team': not a valid label "
+        "value"]
+    assert all("; allowed: " in p for p in problems)
+
+
+@pytest.mark.parametrize(("name", "value", "what"), [
+    ("accel_image_registry", "https://mirror.example.com", "not a registry prefix"),
+    ("accel_image_registry", "mirror.example.com/", "not a registry prefix"),
+    ("accel_image_registry", "mirror.example.com/nvidia:v1", "not a registry prefix"),
+    ("accel_reboot_serial", 0, "0 is not a host count >= 1"),
+    ("accel_reboot_serial", "150%", "'150%' is not a percentage 1..100"),
+    ("accel_reboot_serial", "a few", "'a few' is neither a host count nor a percentage"),
+    ("accel_reboot_serial", [1, "ten"], "'ten' is neither a host count nor a percentage"),
+    ("accel_reboot_max_fail_percentage", "half", "not an integer"),
+    ("accel_reboot_max_fail_percentage", 101, "out of range"),
+    ("accel_run_lock_wait", -1, "out of range"),
+    ("accel_run_lock_wait", "1m", "not an integer"),
+    ("accel_gpu_operator_chart_version", "latest", "not a chart version"),
+    ("accel_gpu_operator_chart_version", "26.7", "not a chart version"),
+    ("accel_kubernetes_version", "136", "not a Kubernetes version")])
+def test_rule_cluster_settings_refused(name, value, what):
+    problems = check({**pool(pool="p", mode="pgpu"), name: value}, gpus("t4"))
+    assert len(problems) == 1 and problems[0].startswith(f"gpu-01: {name} = {value!r}: {what}"), problems
+    assert "; allowed: " in problems[0]
+
+
+@pytest.mark.parametrize(("name", "value"), [
+    ("accel_image_registry", ""), ("accel_image_registry", "registry.example.com:5000/mirror/nvidia"),
+    ("accel_image_registry", "localhost:5000"), ("accel_reboot_serial", 1), ("accel_reboot_serial", "20%"),
+    ("accel_reboot_serial", [1, "25%", "100%"]), ("accel_reboot_serial", "3"),
+    ("accel_reboot_max_fail_percentage", 0), ("accel_run_lock_wait", "30"),
+    ("accel_gpu_operator_chart_version", "v26.7.0"), ("accel_gpu_operator_chart_version", "1.2.3-rc.1+build.5"),
+    ("accel_kubernetes_version", "v1.36.3")])
+def test_rule_cluster_settings_accepted(name, value):
+    assert check({**pool(pool="p", mode="pgpu"), name: value}, gpus("t4")) == []
+
+
+def test_rule_driver_branch_older_than_the_gpu():
+    # H100: the published minimum (MIG User Guide table) decides; T4 (no such entry): its compute capability 7.5.
+    assert check(pool(pool="p", mode="pgpu", driver_branch="515"), gpus("h100-80gb")) == [
+        "gpu-01: accel_driver_branch = '515': older than GPU 0 (NVIDIA H100 80GB HBM3) supports: H100-80GB needs "
+        "driver 525.85.12; allowed: accel_driver_branch 525 or newer"]
+    assert check(pool(pool="p", mode="pgpu", driver_branch="525-server"), gpus("h100-80gb")) == []
+    turing = check(pool(pool="p", mode="pgpu", driver_branch="390"), gpus("t4"))
+    assert turing == ["gpu-01: accel_driver_branch = '390': older than GPU 0 (Tesla T4) supports: compute capability "
+                      "7.5 needs a CUDA that knows it, driver branch 410 or newer; allowed: accel_driver_branch 410 or "
+                      "newer"]
+    # Eight GPUs of one model are reported once; a passthrough host runs no host driver.
+    assert len(check(pool(pool="p", mode="pgpu", driver_branch="418"), gpus("dual-socket-a100x8"))) == 1
+    assert check(pool(pool="vm", mode="pgpu", driver_branch="390", vfio_passthrough=True), gpus("h100-80gb")) == []
+    # A MIG pool's minimum is reported once, by the MIG rule.
+    mig = check(pool(pool="m", mode="pgpu", driver_branch="440", mig_strategy="mixed", mig_geometry={"1g.10gb": 7}),
+                gpus("a100-80gb"))
+    assert len(mig) == 1 and "MIG on A100-80GB needs driver 450.80.02" in mig[0]
+
+
+def test_rule_pool_groups_naming_one_pool_agree():
+    export = {
+        "all": {"vars": {"accel_kubernetes_version": "1.36"}},
+        "gpu_pools": {"children": ["train_a", "train_b", "other"], "vars": {"accel_driver_branch": "550"}},
+        "train_a": {"hosts": ["gpu-01"], "vars": {"accel_pool": "train", "accel_mode": "pgpu"}},
+        "train_b": {"hosts": ["gpu-02"], "vars": {"accel_pool": "train", "accel_mode": "mps", "accel_mps_replicas": 4}},
+        "other": {"hosts": ["gpu-03"], "vars": {"accel_pool": "other", "accel_mode": "pgpu"}},
+    }
+    groups = plan.pool_groups(export)
+    assert groups[1] == {"group": "train_b", "vars": {"accel_kubernetes_version": "1.36", "accel_driver_branch": "550",
+                                                      "accel_pool": "train", "accel_mode": "mps",
+                                                      "accel_mps_replicas": 4}}
+    settings = pool(pool="train", mode="pgpu")
+    problems = plan.host_problems(HOST, settings, gpus("a100-80gb"), plan.pool_memberships(export, HOST), groups)
+    assert problems == [
+        "gpu-01: accel_pool = 'train': pool groups ['train_a', 'train_b'] name this pool with different settings "
+        "(accel_mode: train_a='pgpu', train_b='mps'; accel_mps_replicas: train_a='(unset)', train_b=4); allowed: one "
+        "pool group per accel_pool, or the same pool settings in every group naming it"]
+    # Same settings in both groups, or a host of another pool: nothing to report.
+    export["train_b"]["vars"] = {"accel_pool": "train", "accel_mode": "pgpu"}
+    assert plan.host_problems(HOST, settings, gpus("a100-80gb"), plan.pool_memberships(export, HOST),
+                              plan.pool_groups(export)) == []
+    other = pool(pool="other", mode="pgpu")
+    assert plan.host_problems("gpu-03", other, gpus("a100-80gb"), plan.pool_memberships(export, "gpu-03"),
+                              groups) == []

@@ -2,8 +2,9 @@
 // NVIDIA k8s-device-plugin v0.20.0's own config package (api/config/v1) and the Kubernetes validation it uses.
 //
 //	ka-conform-deviceplugin config FILE  -> JSON {"config": <as the plugin loads it>, "strict": [problems]}
-//	ka-conform-deviceplugin names FILE   -> FILE JSON {"labelValues": [...], "resourceNames": [...]},
-//	                                        stdout JSON {"labelValues": {v: [problems]}, "resourceNames": {...}}
+//	ka-conform-deviceplugin names FILE   -> FILE JSON {"labelValues": [...], "resourceNames": [...],
+//	                                        "labelKeys": [...], "dns1123Labels": [...], "dns1123Subdomains": [...]},
+//	                                        stdout JSON {"labelValues": {v: [problems]}, "resourceNames": {...}, ...}
 //
 // Exit status 0 with the report; 1 when the plugin's own loader refuses the file (its message on stderr).
 package main
@@ -150,8 +151,11 @@ func orRoot(path string) string {
 // stays qualified with the "requests." quota prefix and is not in the kubernetes.io domain.
 func checkNames(path string) {
 	var in struct {
-		LabelValues   []string `json:"labelValues"`
-		ResourceNames []string `json:"resourceNames"`
+		LabelValues       []string `json:"labelValues"`
+		ResourceNames     []string `json:"resourceNames"`
+		LabelKeys         []string `json:"labelKeys"`
+		DNS1123Labels     []string `json:"dns1123Labels"`
+		DNS1123Subdomains []string `json:"dns1123Subdomains"`
 	}
 	raw, err := os.ReadFile(path)
 	if err != nil {
@@ -183,6 +187,20 @@ func checkNames(path string) {
 		}
 		resources[name] = problems
 	}
-	out, _ := json.Marshal(map[string]interface{}{"labelValues": labels, "resourceNames": resources})
+	// Label keys, namespaces (RFC 1123 labels) and Secret names (subdomains): the API server's own checks of the
+	// inventory values that become them (accel_k8s_names.py).
+	byRule := func(values []string, rule func(string) []string) map[string][]string {
+		out := map[string][]string{}
+		for _, v := range values {
+			out[v] = append([]string{}, rule(v)...)
+		}
+		return out
+	}
+	out, _ := json.Marshal(map[string]interface{}{
+		"labelValues": labels, "resourceNames": resources,
+		"labelKeys":         byRule(in.LabelKeys, validation.IsQualifiedName),
+		"dns1123Labels":     byRule(in.DNS1123Labels, validation.IsDNS1123Label),
+		"dns1123Subdomains": byRule(in.DNS1123Subdomains, validation.IsDNS1123Subdomain),
+	})
 	fmt.Println(string(out))
 }

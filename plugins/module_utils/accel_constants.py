@@ -18,6 +18,13 @@ LABELS = {
     "managed": f"{LABEL_PREFIX}/managed",
 }
 
+# Node annotations kube-accel writes during rolling maintenance (accel_maintenance): who cordoned the node and why
+# (present only while kube-accel's own cordon holds), and what the last maintenance checked before uncordoning.
+ANNOTATIONS = {
+    "cordoned_by": f"{LABEL_PREFIX}/cordoned-by",
+    "last_maintenance": f"{LABEL_PREFIX}/last-maintenance",
+}
+
 # Labels that upstream components read; kube-accel writes them, so it also owns their removal.
 UPSTREAM_LABELS = {
     "gpu_present": "nvidia.com/gpu.present",

@@ -42,9 +42,10 @@ VARIABLES: dict[str, dict] = {
                                       "enforced.", elements="str"),
     "accel_reboot_policy": _var("cluster", "str", "\"auto\" cordons, drains, reboots and uncordons in batches; "
                                 "\"defer\" only reports hosts that need a reboot.", choices=["auto", "defer"]),
-    "accel_reboot_serial": _var("cluster", "raw", "Reboot batch size: a host count or a percentage (\"20%\")."),
-    "accel_reboot_max_fail_percentage": _var("cluster", "int", "Abort reboots when more than this share of a "
-                                             "batch fails."),
+    "accel_reboot_serial": _var("cluster", "raw", "Maintenance batch size (cluster nodes that change or reboot): a "
+                                "host count or a percentage (\"20%\")."),
+    "accel_reboot_max_fail_percentage": _var("cluster", "int", "Stop the maintenance (no further batch is "
+                                             "cordoned) when more than this share of a batch fails."),
     "accel_gpu_operator_enabled": _var("cluster", "bool", "Deploy the NVIDIA GPU Operator (MIG manager, DCGM "
                                        "exporter)."),
     "accel_gpu_operator_chart": _var("cluster", "str", "GPU Operator chart repository URL or path."),

@@ -39,6 +39,13 @@ options:
       - Directory used in place of C(/proc) (for C(/proc/modules)); only with O(sysfs_root).
     type: path
     default: /proc
+  as_facts:
+    description:
+      - V(false) returns the facts as RV(nvidia_gpus) in the task result only, without setting (or caching) the
+        host's C(nvidia_gpus) fact, for a check that must not change what later plays and the host play's fast
+        path read as the host's facts.
+    type: bool
+    default: true
 attributes:
   check_mode:
     support: full
@@ -67,6 +74,10 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+nvidia_gpus:
+  description: The same dict as the C(nvidia_gpus) fact, in the result only.
+  returned: O(as_facts=false)
+  type: dict
 ansible_facts:
   description: Facts added to the host.
   returned: always
@@ -153,6 +164,7 @@ def run_module():
             "snapshot_data": {"type": "dict"},
             "sysfs_root": {"type": "path"},
             "procfs_root": {"type": "path", "default": "/proc"},
+            "as_facts": {"type": "bool", "default": True},
         },
         mutually_exclusive=[("snapshot", "snapshot_data")],
         supports_check_mode=True,
@@ -169,7 +181,10 @@ def run_module():
         # A broken snapshot is a configuration error, not a GPU-less host.
         module.fail_json(msg=f"cannot read NVML snapshot {params['snapshot'] or '(snapshot_data)'}: {exc}")
     sysfs = HostSysfs(params["sysfs_root"], params["procfs_root"]) if params["sysfs_root"] else None
-    module.exit_json(changed=False, ansible_facts={"nvidia_gpus": gather(source, sysfs)})
+    gpus = gather(source, sysfs)
+    if not params["as_facts"]:
+        module.exit_json(changed=False, nvidia_gpus=gpus)
+    module.exit_json(changed=False, ansible_facts={"nvidia_gpus": gpus})
 
 
 def main():

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # make test, in two lanes that share nothing but the CPU (BENCHMARKS.md "Test suite"):
 #   hosts:   venv -> podman, host and Molecule images -> Molecule scenarios (podman hosts only: no Go toolchain)
-#   cluster: the Go toolchain and upstream builds -> lint -> pytest (unit, charts, conformance, lab integration)
+#   cluster: the Go toolchain and upstream builds -> lint -> pytest (unit, charts, conformance, lab integration; two
+#            workers: the lab tests on one, in order, the rest on the other: tests/conftest.py)
 # The Molecule lane starts as soon as its images exist, so its ~25 cold minutes run beside the Go builds and
 # pytest instead of after them. Its output goes to a log printed when both lanes have ended; each stage's time
 # still goes through scripts/stage.sh. Exit status: non-zero when any stage failed.
@@ -27,7 +28,8 @@ mol_pid=$!
 rc=0
 scripts/stage.sh toolchain scripts/toolchain.sh all &&
   scripts/stage.sh lint "${make[@]}" lint &&
-  scripts/stage.sh pytest "$py" -m pytest tests --ignore=tests/molecule --durations=25 "${extra[@]}" || rc=1
+  scripts/stage.sh pytest "$py" -m pytest tests --ignore=tests/molecule -n 2 --dist loadgroup --durations=25 \
+    "${extra[@]}" || rc=1
 
 if kill -0 "$mol_pid" 2>/dev/null; then echo "== waiting for the Molecule lane (log: $mol_log) =="; fi
 wait "$mol_pid" || rc=1

@@ -11,7 +11,8 @@ a green run recorded under ~/.cache/kube-accel/molecule/ (KA_CACHE overrides the
   collection outside it, and the ANSIBLE_* / MOLECULE_* / KA_* environment;
 - the Debian repositories: the green run records, host by host, which package indices apt resolved against and their
   SHA-256; reuse needs each repository's InRelease (fetched now) to list the same SHA-256 for each of them. Same
-  image, same inputs and same indices give apt the same package versions (driver, kernel headers, compiler).
+  image, same inputs and same indices give apt the same package versions (driver, kernel headers, compiler). A
+  repository on the host itself (file:) is built by the scenario from its own files and is not fetched.
 
 Anything missing or unreadable (an image not built, a repository not reachable, a compressed index) means no reuse.
 KA_MOLECULE_REUSE=0 runs every scenario; a fresh machine has no records and runs every scenario.
@@ -339,6 +340,9 @@ def stale_indices(recorded: dict[str, list[dict]], fetch=None) -> list[str]:
         for row in rows:
             if row["sha256"] == "missing":
                 # Configured but never downloaded in the green run: an index apt did not use then.
+                continue
+            if row["base_uri"].startswith("file:"):
+                # A repository on the host itself, built by the scenario from files the key already holds.
                 continue
             base = row["base_uri"]
             if base not in releases:

@@ -130,6 +130,13 @@ def test_an_index_apt_never_downloaded_is_not_checked():
     assert reuse.stale_indices({"h": [{**INDEX, "sha256": "missing"}]}, fetch=lambda base: {}) == []
 
 
+def test_a_repository_on_the_host_is_not_fetched():
+    def fail(base):
+        raise OSError(f"{base} is on the host, not here")
+    local = {**INDEX, "meta_key": "Packages", "base_uri": "file:/srv/ka-pkgdb/./"}
+    assert reuse.stale_indices({"h": [local]}, fetch=fail) == []
+
+
 def test_record_is_found_only_for_the_same_inputs(repo, tmp_path, monkeypatch):
     monkeypatch.setenv("KA_CACHE", str(tmp_path / "cache"))
     monkeypatch.delenv("KA_MOLECULE_REUSE", raising=False)

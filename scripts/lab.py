@@ -322,13 +322,27 @@ def up(args: argparse.Namespace) -> None:
 
 def start_upstream(site: Site, hosts: dict[str, dict]) -> None:
     """Upstream controllers as lab processes (scripts/lab_upstream.py): HAMi's extender, webhook and kube-scheduler
-    for a vgpu-hami pool, with the HAMi device-plugin stand-in. Already running: left alone."""
+    for a vgpu-hami pool, with the HAMi device-plugin stand-in; the GPU Operator's controller when the inventory
+    enables the operator. A component already running is left alone."""
     import lab_upstream  # noqa: PLC0415
 
-    if lab_upstream.running(site.root):
-        log(f"upstream processes already running: {sorted(lab_upstream.running(site.root))}")
-        return
+    running = lab_upstream.running(site.root)
+    if running:
+        log(f"upstream processes already running: {sorted(running)}")
     first = hosts[sorted(hosts)[0]] if hosts else {}
+    if not {"hami-scheduler", "hami-kube-scheduler", lab_upstream.STANDIN} & set(running):
+        start_hami(site, hosts, first)
+    if lab_upstream.GPU_OPERATOR not in running and truthy(first.get("accel_gpu_operator_enabled", False)):
+        start_gpu_operator(site, hosts, first)
+
+
+def truthy(value) -> bool:
+    return value is True or str(value).strip().lower() in ("true", "yes", "on", "1")
+
+
+def start_hami(site: Site, hosts: dict[str, dict], first: dict) -> None:
+    import lab_upstream  # noqa: PLC0415
+
     cluster = {"image_registry": first.get("accel_image_registry") or "",
                "image_pull_secrets": first.get("accel_image_pull_secrets") or [], "runtime_class": "nvidia"}
     release = lab_upstream.hami_release(hosts, cluster)
@@ -350,6 +364,27 @@ def start_upstream(site: Site, hosts: dict[str, dict]) -> None:
     namespace = first.get("accel_namespace") or "kube-accel"
     lab_upstream.start_hami(site.root, site.kubeconfig, release, namespace, versions()["K8S_VERSION"].lstrip("v"))
     log(f"HAMi scheduler, kube-scheduler and device-plugin stand-in up in {time.time() - started:.1f} s")
+
+
+# The namespace cluster.yml installs the GPU Operator into (cluster_operator_namespace).
+GPU_OPERATOR_NAMESPACE = "gpu-operator"
+
+
+def start_gpu_operator(site: Site, hosts: dict[str, dict], first: dict) -> None:
+    """The GPU Operator's controller, configured by the chart rendered with the values the gpu_operator role
+    builds for this inventory (accel_gpu_operator_values with the role's gpu_operator_cluster inputs)."""
+    import lab_upstream  # noqa: PLC0415
+    from ansible.module_utils import accel_operator_values  # noqa: PLC0415
+
+    started = time.time()
+    cluster = {"image_registry": first.get("accel_image_registry") or "",
+               "image_pull_secrets": first.get("accel_image_pull_secrets") or [],
+               "service_monitor": first.get("accel_gpu_operator_service_monitor", False),
+               "service_monitor_labels": first.get("accel_gpu_operator_service_monitor_labels") or {}}
+    values = accel_operator_values.gpu_operator_values(accel_pools.collect_pools(hosts), cluster)
+    lab_upstream.start_gpu_operator(site.root, site.kubeconfig, values, GPU_OPERATOR_NAMESPACE,
+                                    versions()["K8S_VERSION"].lstrip("v"))
+    log(f"GPU Operator controller up in {time.time() - started:.1f} s")
 
 
 def down(args: argparse.Namespace) -> None:
@@ -390,7 +425,8 @@ def main() -> None:
     p_up.add_argument("--no-hosts", action="store_true", help="cluster and fake nodes only, no podman hosts")
     p_up.add_argument("--inventory", help="inventory whose GPU hosts become fake nodes (default inventories/lab)")
     p_up.add_argument("--no-upstream", action="store_true",
-                      help="no upstream controllers as lab processes (HAMi scheduler, webhook; lab_upstream.py)")
+                      help="no upstream controllers as lab processes (HAMi scheduler and webhook, GPU Operator; "
+                      "lab_upstream.py)")
     p_up.add_argument("--audit-nodes", action="store_true",
                       help="log every request on nodes to the cluster's audit.log (new clusters only)")
     p_up.set_defaults(func=up)

@@ -24,6 +24,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import shutil
 import signal
 import socket
 import ssl
@@ -42,6 +43,8 @@ UPSTREAM_BIN = CACHE / "upstream" / "bin"
 BIN = CACHE / "bin"
 LAB_WEBHOOK = "kube-accel-lab-hami-webhook"
 STANDIN = "hami-device-plugin-standin"
+GPU_OPERATOR = "gpu-operator"
+GPU_OPERATOR_ARCHIVE = "gpu-operator-v26.7.0"
 # HAMi v2.10.0 names (pkg/device/nvidia/device.go:41-42, pkg/util/types.go:21-27, pkg/util/nodelock/nodelock.go:40).
 HAMI_REGISTER = "hami.io/node-nvidia-register"
 HAMI_BIND_PHASE = "hami.io/bind-phase"
@@ -86,11 +89,12 @@ def pid_alive(pid: int, exe: str) -> bool:
 
 
 def start(root: Path, name: str, argv: list[str], env: dict[str, str], ready: Callable[[], bool],
-          timeout: int = START_TIMEOUT) -> int:
+          timeout: int = START_TIMEOUT, exe: str | None = None) -> int:
     """Start ``argv`` as lab process NAME (log and PID under .lab/procs) and wait until ``ready()``; on failure
-    stop it and exit with its last log lines."""
-    if not Path(argv[0]).exists():
-        sys.exit(f"[lab] {name}: {argv[0]} is not built: run `scripts/upstream.sh all` (make toolchain does)")
+    stop it and exit with its last log lines. ``exe``: the component a wrapper in ``argv`` execs (default argv[0])."""
+    exe = exe or argv[0]
+    if not Path(exe).exists():
+        sys.exit(f"[lab] {name}: {exe} is not built: run `scripts/upstream.sh all` (make toolchain does)")
     d = procs_dir(root)
     logfile = d / f"{name}.log"
     started = time.time()
@@ -98,13 +102,13 @@ def start(root: Path, name: str, argv: list[str], env: dict[str, str], ready: Ca
         proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), **env}, cwd=root,
                                 start_new_session=True)
-    (d / f"{name}.pid").write_text(f"{proc.pid} {argv[0]}\n")
+    (d / f"{name}.pid").write_text(f"{proc.pid} {exe}\n")
     while time.time() - started < timeout:
         if proc.poll() is not None:
             break
         try:
             # pid_alive: the child has exec'd the component (stop_one and running() look for it by name).
-            if pid_alive(proc.pid, argv[0]) and ready():
+            if pid_alive(proc.pid, exe) and ready():
                 log(f"{name} up in {time.time() - started:.1f} s (pid {proc.pid}, log {logfile})")
                 return proc.pid
         except Exception:  # noqa: BLE001, S110 - not answering yet is what we wait for
@@ -174,13 +178,19 @@ def releases(hosts: dict[str, dict], cluster: dict) -> list[dict]:
 
 
 def render(release: dict, namespace: str, kube_version: str, workdir: Path) -> list[dict]:
-    values = workdir / "values.yaml"
-    values.write_text(yaml.safe_dump(release["values"]))
-    proc = subprocess.run([str(BIN / "helm"), "template", release["name"], str(REPO / "charts" / release["chart"]),
-                           "--namespace", namespace, "--kube-version", kube_version, "--values", str(values)],
+    return helm_template(release["name"], REPO / "charts" / release["chart"], release["values"], namespace,
+                         kube_version, workdir)
+
+
+def helm_template(name: str, chart: Path, values: dict, namespace: str, kube_version: str, workdir: Path,
+                  *extra: str) -> list[dict]:
+    path = workdir / "values.yaml"
+    path.write_text(yaml.safe_dump(values))
+    proc = subprocess.run([str(BIN / "helm"), "template", name, str(chart), "--namespace", namespace,
+                           "--kube-version", kube_version, "--values", str(path), *extra],
                           capture_output=True, text=True, check=False)
     if proc.returncode != 0:
-        sys.exit(f"[lab] helm template {release['name']} failed:\n{proc.stderr}")
+        sys.exit(f"[lab] helm template {name} failed:\n{proc.stderr}")
     return [o for o in yaml.safe_load_all(proc.stdout) if o]
 
 
@@ -276,6 +286,103 @@ def start_hami(root: Path, kubeconfig: Path, release: dict, namespace: str, kube
                 "schedulerName", "hami-scheduler"), "webhook": LAB_WEBHOOK}
     (workdir / "info.json").write_text(json.dumps(info, indent=1))
     return info
+
+
+# -- the GPU Operator controller -----------------------------------------------------------------------------
+
+
+def upstream_src(archive: str) -> Path:
+    """The unpacked source tree of an upstream archive (scripts/upstream.sh unpacks it once per archive digest)."""
+    proc = subprocess.run([str(REPO / "scripts" / "upstream.sh"), "path", archive], capture_output=True, text=True,
+                          check=False)
+    if proc.returncode != 0:
+        sys.exit(f"[lab] scripts/upstream.sh path {archive} failed:\n{proc.stderr}")
+    return Path(proc.stdout.strip())
+
+
+def kubectl_apply(kubeconfig: Path, objs: list[dict], path: Path, what: str) -> None:
+    path.write_text(yaml.safe_dump_all(objs, sort_keys=False))
+    kubectl = [str(BIN / "kubectl"), "--kubeconfig", str(kubeconfig)]
+    proc = subprocess.run([*kubectl, "apply", "--server-side", "--force-conflicts", "-f", str(path)],
+                          capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        sys.exit(f"[lab] {what}: {proc.stderr}")
+
+
+def http_ok(url: str) -> bool:
+    with urllib.request.urlopen(url, timeout=2) as r:  # noqa: S310 - http on 127.0.0.1
+        return r.status == 200
+
+
+def service_monitor_crd() -> dict:
+    """Prometheus Operator's ServiceMonitor CRD at the version the GPU Operator compiles against (fetched by
+    scripts/upstream.sh from the Go module proxy: prometheus-operator's own example/prometheus-operator-crd)."""
+    path = CACHE / "upstream" / "crds" / "monitoring.coreos.com_servicemonitors.yaml"
+    if not path.exists():
+        sys.exit(f"[lab] {path} missing: run `scripts/upstream.sh all` (make toolchain does)")
+    return yaml.safe_load(path.read_text())
+
+
+def start_gpu_operator(root: Path, kubeconfig: Path, values: dict, namespace: str, kube_version: str) -> dict:
+    """GPU Operator v26.7.0's controller (cmd/gpu-operator) as the chart runs it, reconciling the ClusterPolicy the
+    cluster play installs. The chart's CRDs (and the ServiceMonitor CRD when the values ask for a ServiceMonitor)
+    are applied first: the controller's watches need them. What the pod would get from its image and the kubelet
+    moves: the image's /opt/gpu-operator (the archive's assets/ and manifests/, Dockerfile COPY lines) is bound
+    over /opt in a mount namespace of the process's own (the controller reads that absolute path), the namespace
+    fieldRef and the in-cluster namespace of leader election become flags and env, listen addresses 127.0.0.1."""
+    src = upstream_src(GPU_OPERATOR_ARCHIVE)
+    workdir = root / "gpu-operator"
+    workdir.mkdir(parents=True, exist_ok=True)
+    objs = helm_template("gpu-operator", src / "deployments" / "gpu-operator", values, namespace, kube_version,
+                         workdir, "--include-crds")
+    crds = [o for o in objs if o["kind"] == "CustomResourceDefinition"]
+    monitor = values.get("dcgmExporter", {}).get("serviceMonitor", {}).get("enabled", False)
+    if monitor:
+        crds.append(service_monitor_crd())
+    kubectl_apply(kubeconfig, crds, workdir / "crds.yaml", "GPU Operator CRDs")
+    names = [f"crd/{crd['metadata']['name']}" for crd in crds]
+    proc = subprocess.run([str(BIN / "kubectl"), "--kubeconfig", str(kubeconfig), "wait", "--for",
+                           "condition=Established", "--timeout=60s", *names], capture_output=True, text=True,
+                          check=False)
+    if proc.returncode != 0:
+        sys.exit(f"[lab] GPU Operator CRDs not established: {proc.stderr}")
+
+    c = container(one(objs, "Deployment", "gpu-operator"), "gpu-operator")
+    info = run_gpu_operator(root, kubeconfig, c, src, namespace)
+    info.update(crds=sorted(crd["metadata"]["name"] for crd in crds), service_monitor_crd=monitor,
+                chart=str(src / "deployments" / "gpu-operator"))
+    (workdir / "info.json").write_text(json.dumps(info, indent=1))
+    return info
+
+
+def run_gpu_operator(root: Path, kubeconfig: Path, c: dict, src: Path, namespace: str) -> dict:
+    """The chart's gpu-operator container ``c`` as lab process "gpu-operator" (see start_gpu_operator)."""
+    if c["command"] != ["gpu-operator"]:
+        sys.exit(f"[lab] the chart's gpu-operator container runs {c['command']}, not the gpu-operator command")
+    workdir = root / "gpu-operator"
+    workdir.mkdir(parents=True, exist_ok=True)
+    field = {"metadata.namespace": namespace}
+    env = {e["name"]: field[e["valueFrom"]["fieldRef"]["fieldPath"]] if "valueFrom" in e else e["value"]
+           for e in c.get("env", [])}
+    env["KUBECONFIG"] = str(kubeconfig)
+    metrics, probe = free_port(), free_port()
+    args = [*c.get("args", []), f"--leader-elect-namespace={namespace}",
+            f"--metrics-bind-address=127.0.0.1:{metrics}", f"--health-probe-bind-address=127.0.0.1:{probe}"]
+    opt = workdir / "opt"
+    shutil.rmtree(opt, ignore_errors=True)
+    shutil.copytree(src / "assets", opt / "gpu-operator")
+    shutil.copytree(src / "manifests", opt / "gpu-operator" / "manifests")
+    if not Path("/opt").is_dir():
+        sys.exit("[lab] gpu-operator: /opt must exist (the controller's assets are bound over it in its own mount "
+                 "namespace)")
+    binary = str(UPSTREAM_BIN / "gpu-operator")
+    # A user namespace only where it is needed: root can mount in a mount namespace of its own.
+    userns = ["--user", "--map-root-user"] if os.geteuid() != 0 else []
+    wrapper = ["unshare", "--mount", "--propagation", "private", *userns, "sh", "-c",
+               'mount --bind "$0" /opt && exec "$@"', str(opt), binary, *args]
+    pid = start(root, GPU_OPERATOR, wrapper, env, lambda: http_ok(f"http://127.0.0.1:{probe}/readyz"), exe=binary)
+    return {"namespace": namespace, "pid": pid, "metrics_port": metrics, "probe_port": probe,
+            "log": str(procs_dir(root) / f"{GPU_OPERATOR}.log")}
 
 
 # -- the HAMi device-plugin stand-in ---------------------------------------------------------------------------

@@ -9,7 +9,7 @@
 # says exactly what is missing. Everything is cached by the archive's digest and the Go version: a second
 # call builds nothing.
 #
-# Usage: scripts/upstream.sh [all|src|bin|harness|path ARCHIVE]
+# Usage: scripts/upstream.sh [all|src|bin|harness|crds|path ARCHIVE]
 set -euo pipefail
 
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -27,7 +27,7 @@ ARCHIVES=(
   "k8s-device-plugin-v0.20.0|https://github.com/NVIDIA/k8s-device-plugin|v0.20.0|./cmd/nvidia-device-plugin=nvidia-device-plugin ./cmd/gpu-feature-discovery=gpu-feature-discovery ./cmd/mps-control-daemon=mps-control-daemon ./cmd/config-manager=config-manager"
   "mig-parted-v0.15.0|https://github.com/NVIDIA/mig-parted|v0.15.0|./cmd/nvidia-mig-parted=nvidia-mig-parted"
   "hami-v2.10.0|https://github.com/Project-HAMi/HAMi|v2.10.0|./cmd/scheduler=hami-scheduler"
-  "gpu-operator-v26.7.0|https://github.com/NVIDIA/gpu-operator|v26.7.0|"
+  "gpu-operator-v26.7.0|https://github.com/NVIDIA/gpu-operator|v26.7.0|./cmd/gpu-operator=gpu-operator"
   "gpu-admission-47d56ae|https://github.com/tkestack/gpu-admission|47d56ae99ef7f24f2c9c4d33d17567e2e52f3ba2|.=gpu-admission"
   "gpu-manager-v1.1.5|https://github.com/tkestack/gpu-manager|v1.1.5|"
   "dcgm-exporter-4.5.3-4.8.2|https://github.com/NVIDIA/dcgm-exporter|4.5.3-4.8.2|"
@@ -127,16 +127,38 @@ build_harnesses() {
   done
 }
 
+# The Prometheus Operator's ServiceMonitor CRD, for a lab whose inventory asks for the DCGM exporter's
+# ServiceMonitor: prometheus-operator's own example/prometheus-operator-crd at the version of the API types the GPU
+# Operator compiles against (its go.mod), from the module proxy (a Go module; 4 MB, once per version).
+fetch_crds() {
+  local src version dir out="$UP/crds/monitoring.coreos.com_servicemonitors.yaml"
+  unpack gpu-operator-v26.7.0
+  src="$UP/src/gpu-operator-v26.7.0"
+  version=$(awk '$1 == "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring" {print $2}' "$src/go.mod")
+  [ -n "$version" ] || die "$src/go.mod names no prometheus-operator/pkg/apis/monitoring version"
+  [ -f "$out" ] && [ "$(cat "$out.stamp" 2>/dev/null)" = "$version" ] && return 0
+  log "fetching the ServiceMonitor CRD of prometheus-operator $version"
+  dir=$(go mod download -json "github.com/prometheus-operator/prometheus-operator@$version" \
+        | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')
+  [ -f "$dir/example/prometheus-operator-crd/monitoring.coreos.com_servicemonitors.yaml" ] \
+    || die "prometheus-operator $version from the module proxy has no example/prometheus-operator-crd/monitoring.coreos.com_servicemonitors.yaml"
+  mkdir -p "$UP/crds"
+  install -m 0644 "$dir/example/prometheus-operator-crd/monitoring.coreos.com_servicemonitors.yaml" "$out"
+  printf '%s' "$version" >"$out.stamp"
+}
+
 case "${1:-all}" in
   src) for e in "${ARCHIVES[@]}"; do unpack "$(field "$e" 0)"; done ;;
   bin) build_bins ;;
   harness) build_harnesses ;;
+  crds) fetch_crds ;;
   path) unpack "$2" >/dev/null; printf '%s\n' "$UP/src/$2" ;;
   all)
     for e in "${ARCHIVES[@]}"; do unpack "$(field "$e" 0)"; done
     build_bins
     build_harnesses
+    fetch_crds
     ;;
-  *) echo "usage: $0 [all|src|bin|harness|path ARCHIVE]" >&2; exit 2 ;;
+  *) echo "usage: $0 [all|src|bin|harness|crds|path ARCHIVE]" >&2; exit 2 ;;
 esac
 log "ready in $UP"

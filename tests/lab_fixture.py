@@ -2,6 +2,8 @@
 
 A lab this fixture started is torn down at the end of the session unless KUBE_ACCEL_KEEP_LAB=1. Its nodes start
 without kube-accel labels (a fresh cluster's); the fixture labels them with the cluster play's pool_labels role.
+KA_LAB_DIR and KA_LAB_NAME point it at a second lab (`lab.py --dir DIR --name NAME up --no-hosts`), for work on lab
+processes beside the shared one; tests that run plays there pass ``-e accel_kubeconfig=<lab.kubeconfig>``.
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ import yaml
 REPO = Path(__file__).resolve().parent.parent
 BIN = Path(os.environ.get("KA_CACHE", Path.home() / ".cache" / "kube-accel")) / "bin"
 LAB_PY = REPO / "scripts" / "lab.py"
+LAB_DIR = Path(os.environ.get("KA_LAB_DIR") or REPO / ".lab").resolve()
+LAB_NAME = os.environ.get("KA_LAB_NAME") or "kube-accel-lab"
 
 
 @dataclass
@@ -34,7 +38,8 @@ class Lab:
 
 
 def _lab(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(LAB_PY), *args], capture_output=True, text=True, check=False)
+    return subprocess.run([sys.executable, str(LAB_PY), "--dir", str(LAB_DIR), "--name", LAB_NAME, *args],
+                          capture_output=True, text=True, check=False)
 
 
 @pytest.fixture(scope="session")
@@ -44,20 +49,21 @@ def lab() -> Lab:
         pytest.fail(f"lab toolchain missing {missing} in {BIN}: run `make toolchain` first")
     started = _lab("status").returncode != 0
     if started:
-        proc = _lab("up", "--skip-toolchain")
+        # Podman host names are shared: only the default lab has hosts.
+        proc = _lab("up", "--skip-toolchain", *([] if (REPO / ".lab").resolve() == LAB_DIR else ["--no-hosts"]))
         if proc.returncode != 0:
             pytest.fail(f"lab did not start:\n{proc.stdout}\n{proc.stderr}")
     # The lab's nodes start unlabelled, as a fresh cluster's: label them with the cluster play's own role.
     label = subprocess.run(
         [str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(REPO / "inventories" / "lab" / "hosts.yml"),
-         str(REPO / "tests" / "lab_label_pools.yml")],
+         str(REPO / "tests" / "lab_label_pools.yml"), "-e", f"accel_kubeconfig={LAB_DIR / 'kubeconfig'}"],
         cwd=REPO, capture_output=True, text=True, check=False, timeout=300,
         env={**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1"})
     if label.returncode != 0:
         pytest.fail(f"labelling the lab's pools failed:\n{label.stdout[-3000:]}\n{label.stderr[-2000:]}")
     from kubernetes import client, config  # noqa: PLC0415
 
-    kubeconfig = REPO / ".lab" / "kubeconfig"
+    kubeconfig = LAB_DIR / "kubeconfig"
     api = client.CoreV1Api(config.new_client_from_config(str(kubeconfig)))
     import accel_constants  # noqa: PLC0415
 

@@ -54,3 +54,14 @@ def test_fresh_lab_nodes_carry_no_kube_accel_labels():
         labels = lab.node_manifest(name, hostvars)["metadata"]["labels"]
         assert not [k for k in labels if k.startswith("kube-accel.io/")], name
         assert "nvidia.com/device-plugin.config" not in labels and "nvidia.com/gpu.present" not in labels
+
+
+def test_a_wrapped_component_is_tracked_by_the_program_it_execs(tmp_path):
+    """A component started through a wrapper (the GPU Operator's mount namespace) is recorded, found and stopped by
+    the program the wrapper execs, not by the wrapper's name."""
+    pid = lab_upstream.start(tmp_path, "wrapped", ["/bin/sh", "-c", 'exec "$@"', "sh", "/bin/sleep", "60"], {},
+                             lambda: True, exe="/bin/sleep")
+    assert (tmp_path / "procs" / "wrapped.pid").read_text() == f"{pid} /bin/sleep\n"
+    assert lab_upstream.running(tmp_path) == {"wrapped": pid}
+    lab_upstream.stop_all(tmp_path)
+    assert lab_upstream.running(tmp_path) == {}

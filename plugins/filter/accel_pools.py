@@ -14,11 +14,14 @@ import accel_import  # noqa: E402
 accel_import.install()
 from ansible.module_utils import accel_pools  # noqa: E402
 
+# Facts of every host the pools need: its GPUs, and its os-release as the preflight read it (NFD's OS labels).
+HOST_FACTS = ("nvidia_gpus", "preflight_os_release")
+
 
 def _plain(hostvars, host):
     # HostVars templates lazily; read only the accel_* names (and the facts) of each host.
     hv = hostvars[host]
-    return {k: hv[k] for k in hv if k.startswith("accel_") or k == "nvidia_gpus"}
+    return {k: hv[k] for k in hv if k.startswith("accel_") or k in HOST_FACTS}
 
 
 def _inventory_view(hosts, hostvars):
@@ -32,9 +35,9 @@ def _inventory_view(hosts, hostvars):
         hv = hostvars[host]
         pool = hv.get("accel_pool")
         if pool is None:
-            view[host] = {"nvidia_gpus": hv.get("nvidia_gpus")}
+            view[host] = {k: hv.get(k) for k in HOST_FACTS}
         elif pool in seen:
-            view[host] = {"accel_pool": pool, "nvidia_gpus": hv.get("nvidia_gpus")}
+            view[host] = {"accel_pool": pool, **{k: hv.get(k) for k in HOST_FACTS}}
         else:
             seen.add(pool)
             view[host] = _plain(hostvars, host)
@@ -54,7 +57,14 @@ def accel_pools_of(hosts, hostvars):
         pool["device_ids"] = sorted({g["pci_device_id"] for h in pool["hosts"]
                                      for g in (plain[h].get("nvidia_gpus") or {}).get("gpus") or []
                                      if g.get("pci_device_id")})
+        pool["os_release"] = {h: plain[h]["preflight_os_release"] for h in pool["hosts"]
+                              if plain[h].get("preflight_os_release")}
     return pools
+
+
+def accel_os_release(text):
+    """os-release(5) text -> {"id", "version_id"} (the preflight's reading of /etc/os-release)."""
+    return accel_pools.parse_os_release(text)
 
 
 def accel_desired_nodes(pools):
@@ -118,6 +128,7 @@ class FilterModule:
     def filters(self):
         return {
             "accel_pools_of": accel_pools_of,
+            "accel_os_release": accel_os_release,
             "accel_desired_nodes": accel_desired_nodes,
             "accel_managed_label_keys": accel_managed_label_keys,
             "accel_releases": accel_releases,

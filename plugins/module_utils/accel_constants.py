@@ -36,12 +36,27 @@ UPSTREAM_LABELS = {
     # that carry one of NFD's NVIDIA PCI labels (gpu-operator v26.7.0 controllers/state_manager.go gpuNodeLabels):
     # kube-accel sets the one NFD itself would set with the operator's NFD settings.
     "nfd_pci_nvidia": "feature.node.kubernetes.io/pci-10de.present",
-    # GFD's label; without GFD the operator deploys its MIG manager only where this says "true".
+    # GFD's label: "true" where the operator's MIG manager owns the MIG layout, "false" on every other pool. Absent,
+    # the operator takes any node whose nvidia.com/gpu.product names an A100, A30 or H100 for MIG capable
+    # (gpu-operator v26.7.0 controllers/state_manager.go hasMIGCapableGPU), deploys its MIG manager there and sets
+    # nvidia.com/mig.config=all-disabled (found by running the operator in the lab).
     "mig_capable": "nvidia.com/mig.capable",
+    # "true" on the pools whose MIG layout the operator owns, as the operator sets it; removed elsewhere, which the
+    # operator never does itself (state_manager.go removeGPUStateLabels keeps it on container nodes).
+    "deploy_mig_manager": "nvidia.com/gpu.deploy.mig-manager",
     # "false": the operator runs none of its operands on the node (VM passthrough: the GPUs have no driver).
     "deploy_operands": "nvidia.com/gpu.deploy.operands",
     # GPU Operator mig-manager pauses GPU clients that select on it during a MIG change (charts/pgpu gpuClientLabel).
     "deploy_client": "nvidia.com/gpu.deploy.client",
+}
+# NFD's OS labels (its system source reads /etc/os-release). Without NFD, a ClusterPolicy whose cluster has GPU
+# nodes without them stops at "failed to retrieve GPU node OS info" and deploys no operand at all (gpu-operator
+# v26.7.0 controllers/state_manager.go getGPUNodeOSInfo; found by running the operator in the lab). The cluster play
+# sets them from the host's os-release as the preflight read it, and never removes them: NFD, where it runs, writes
+# the same values from the same file.
+NFD_OS_LABELS = {
+    "id": "feature.node.kubernetes.io/system-os_release.ID",
+    "version_id": "feature.node.kubernetes.io/system-os_release.VERSION_ID",
 }
 # The value mig-manager gives a deploy label while it reconfigures MIG (mig-parted v0.15.0
 # pkg/mig/reconfigure/reconfigure.go:581-586); it restores "true" afterwards, so kube-accel never overwrites it.

@@ -8,11 +8,13 @@ One function each, shared by the cluster play (labels), the verify play (expecte
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from ansible.module_utils import accel_mig
 from ansible.module_utils.accel_constants import (
     LABELS,
+    NFD_OS_LABELS,
     RESOURCES,
     RUNTIME_CLASS,
     UPSTREAM_LABELS,
@@ -21,6 +23,8 @@ from ansible.module_utils.accel_constants import (
 )
 
 POOL_KEYS = ("accel_pool", "accel_mode")
+# A Kubernetes label value: at most 63 characters, alphanumerics with - _ . inside.
+LABEL_VALUE_RE = re.compile(r"^(?=.{1,63}$)[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
 
 
 def pool_settings(hostvars: dict[str, Any]) -> dict[str, Any]:
@@ -99,11 +103,47 @@ def node_labels(settings: dict[str, Any]) -> dict[str, str]:
     if mode == "mps":
         # GFD is the only upstream writer of this label; setting it lets MPS run without GFD.
         labels[UPSTREAM_LABELS["mps_capable"]] = "true"
-    if mode == "pgpu" and mig_enabled(settings) and settings.get("mig_owner", "operator") == "operator":
+    if operator_mig(settings):
         labels[UPSTREAM_LABELS["mig_config"]] = mig_config_name(settings)
         # Without GFD this is what makes the operator label the node for its MIG manager.
         labels[UPSTREAM_LABELS["mig_capable"]] = "true"
+        labels[UPSTREAM_LABELS["deploy_mig_manager"]] = "true"
+    else:
+        # Keeps the operator's MIG manager (and its mig.config=all-disabled) off pools whose MIG layout is not its
+        # own: it would take an A100, A30 or H100 node without this label for MIG capable (accel_constants).
+        labels[UPSTREAM_LABELS["mig_capable"]] = "false"
     return labels
+
+
+def operator_mig(settings: dict[str, Any]) -> bool:
+    """The GPU Operator's mig-manager owns this pool's MIG layout (pgpu with a geometry, mig_owner operator; never
+    on VM passthrough pools, where the operator runs no operand)."""
+    return (settings.get("mode") == "pgpu" and mig_enabled(settings) and not settings.get("vfio_passthrough")
+            and settings.get("mig_owner", "operator") == "operator")
+
+
+def parse_os_release(text: str) -> dict[str, str]:
+    """``ID`` and ``VERSION_ID`` of an os-release(5) file as {"id", "version_id"} (absent keys left out)."""
+    out = {}
+    for line in (text or "").splitlines():
+        key, sep, value = line.strip().partition("=")
+        if sep and key in ("ID", "VERSION_ID"):
+            value = value.strip()
+            if len(value) >= 2 and value[0] == value[-1] and value[0] in "\"'":
+                value = value[1:-1]
+            out[key.lower()] = value
+    return out
+
+
+def os_labels(os_release: dict[str, str] | None) -> dict[str, str]:
+    """NFD's OS labels for a host's os-release (accel_constants.NFD_OS_LABELS); values that are not valid label
+    values are left out rather than refused by the API server."""
+    out = {}
+    for key, label in NFD_OS_LABELS.items():
+        value = (os_release or {}).get(key) or ""
+        if LABEL_VALUE_RE.match(value):
+            out[label] = value
+    return out
 
 
 def managed_label_keys() -> set[str]:
@@ -178,8 +218,11 @@ def desired_nodes(pools: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
         taints = []
         if settings.get("node_taint"):
             taints.append({"key": LABELS["pool"], "value": str(settings["pool"]), "effect": "NoSchedule"})
+        labels = node_labels(settings)
         for host in pool["hosts"]:
-            nodes[host] = {"labels": node_labels(settings), "taints": taints}
+            # os_release: host -> the os-release the preflight read (accel_pools_of); unknown hosts get no OS labels.
+            nodes[host] = {"labels": {**labels, **os_labels((pool.get("os_release") or {}).get(host))},
+                           "taints": taints}
     return nodes
 
 

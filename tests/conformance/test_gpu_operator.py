@@ -327,6 +327,12 @@ def go_constants() -> dict[str, str]:
     return dict(re.findall(r'^\s+(\w+)\s*=\s*"([^"]*)"', text, re.M))
 
 
+def go_function(name: str, signature: str) -> str:
+    """The body of a top-level Go function (up to the next line that is a lone closing brace)."""
+    text, _ = go_source(name)
+    return text.split(signature, 1)[1].split("\n}\n", 1)[0]
+
+
 def go_map(name: str, opening: str) -> dict[str, str]:
     """A Go map[string]string literal whose block opens with ``opening``; constant keys are resolved."""
     text, _ = go_source(name)
@@ -351,6 +357,10 @@ def operator_labels() -> dict:
         "mig_capable": (consts["migCapableLabelKey"], consts["migCapableLabelValue"]),
         "mig_manager": (consts["migManagerLabelKey"], consts["migManagerLabelValue"]),
         "mig_config": (consts["migConfigLabelKey"], consts["migConfigDisabledValue"]),
+        "product": consts["gpuProductLabelKey"],
+        # Product names hasMIGCapableGPU takes for MIG capable when mig.capable is absent.
+        "mig_products": tuple(re.findall(r'strings\.Contains\(strings\.ToLower\(value\), "(\w+)"\)',
+                                         go_function("state_manager.go", "func hasMIGCapableGPU("))),
     }
 
 
@@ -375,6 +385,16 @@ def test_upstream_label_sources_are_where_we_read_them():
     assert accel_constants.UPSTREAM_LABELS["deploy_device_plugin"] in labels["container_state"]
 
 
+def mig_capable_gpu(labels: dict[str, str]) -> bool:
+    """state_manager.go hasMIGCapableGPU (no vGPU host driver here): mig.capable decides where present, else the
+    GPU product label."""
+    up = operator_labels()
+    key, value = up["mig_capable"]
+    if key in labels:
+        return labels[key] == value
+    return any(p in labels.get(up["product"], "").lower() for p in up["mig_products"])
+
+
 def operator_reconcile(node: dict[str, str], mig_manager_enabled: bool = True) -> dict[str, str]:
     """A model of one pass of the operator's node labelling with a ClusterPolicy, sandbox workloads off
     (nodelabeling_controller.go reconcileCommonGPULabel, updateGPUStateLabels; state_manager.go
@@ -394,7 +414,7 @@ def operator_reconcile(node: dict[str, str], mig_manager_enabled: bool = True) -
     for key, value in up["container_state"].items():
         if not labels.get(key):  # a non-empty value is honoured
             labels[key] = value
-    mig_capable = labels.get(up["mig_capable"][0]) == up["mig_capable"][1]
+    mig_capable = mig_capable_gpu(labels)
     if mig_capable and up["mig_manager"][0] not in labels:
         labels[up["mig_manager"][0]] = up["mig_manager"][1]
     if mig_manager_enabled and mig_capable and not labels.get(up["mig_config"][0]):
@@ -417,9 +437,13 @@ def test_node_labels_and_the_operator_agree(settings):
     NVIDIA PCI label, so mig-manager and the DCGM exporter never ran. kube-accel's labels must survive the
     operator's pass (no fight), and that pass must deploy what kube-accel relies on."""
     up = operator_labels()
+    assert up["mig_products"] == ("h100", "a100", "a30"), go_line("state_manager.go", "func hasMIGCapableGPU(")
     desired = accel_pools.node_labels(settings)
     managed = accel_pools.managed_label_keys()
-    after_operator = operator_reconcile(desired)
+    # The node as GFD (or the lab's stand-in for it) publishes its GPU: a MIG-capable model on every pool, so the
+    # operator's product-name fallback is exercised where kube-accel does not want its MIG manager.
+    node = {**desired, up["product"]: "NVIDIA-A100-SXM4-80GB"}
+    after_operator = operator_reconcile(node)
     patch = accel_labels.node_patch(after_operator, [], desired, managed, [], set())
     assert patch is None, f"the cluster play would undo the operator ({go_line('state_manager.go', 'gpuNodeLabels =')}"
     assert operator_reconcile(after_operator) == after_operator

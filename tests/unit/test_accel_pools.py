@@ -38,9 +38,35 @@ def test_operator_input_labels():
     vfio = ap.node_labels(s(mode="pgpu", vfio_passthrough=True))
     assert vfio["nvidia.com/gpu.deploy.operands"] == "false" and "nvidia.com/gpu.deploy.device-plugin" not in vfio
     mig = ap.node_labels(s(mode="pgpu", mig_strategy="mixed", mig_geometry={"7g.80gb": 1}))
-    assert mig["nvidia.com/mig.capable"] == "true"
+    assert mig["nvidia.com/mig.capable"] == "true" and mig["nvidia.com/gpu.deploy.mig-manager"] == "true"
+    # Every other pool says "false": the operator would otherwise take an A100/A30/H100 for MIG capable by its product
+    # label and run its MIG manager there (gpu-operator v26.7.0 hasMIGCapableGPU, seen in the lab).
     host_owned = ap.node_labels(s(mode="pgpu", mig_strategy="single", mig_owner="host", mig_geometry={"1g.10gb": 7}))
-    assert "nvidia.com/mig.capable" not in host_owned
+    for other in (host_owned, vfio, ap.node_labels(s(mode="pgpu")), ap.node_labels(s(mode="mps")),
+                  ap.node_labels(s(mode="vgpu")), ap.node_labels(s(mode="timeslice", timeslice_replicas=4))):
+        assert other["nvidia.com/mig.capable"] == "false" and "nvidia.com/gpu.deploy.mig-manager" not in other
+    vfio_mig = ap.node_labels(s(mode="pgpu", vfio_passthrough=True, mig_strategy="mixed", mig_geometry={"7g.80gb": 1}))
+    assert vfio_mig["nvidia.com/mig.capable"] == "false" and "nvidia.com/mig.config" not in vfio_mig
+
+
+def test_os_release_becomes_nfds_os_labels_and_is_never_removed():
+    text = 'PRETTY_NAME="Debian GNU/Linux 12 (bookworm)"\nNAME="Debian GNU/Linux"\nVERSION_ID="12"\nID=debian\n'
+    assert ap.parse_os_release(text) == {"id": "debian", "version_id": "12"}
+    assert ap.parse_os_release("ID='rhel'\nVERSION_ID=9.4\n") == {"id": "rhel", "version_id": "9.4"}
+    assert ap.parse_os_release("") == {}
+    assert ap.os_labels({"id": "ubuntu", "version_id": "22.04"}) == {
+        "feature.node.kubernetes.io/system-os_release.ID": "ubuntu",
+        "feature.node.kubernetes.io/system-os_release.VERSION_ID": "22.04"}
+    # Not a label value (spaces, too long): left out rather than refused by the API server.
+    assert ap.os_labels({"id": "my distro", "version_id": "1" * 64}) == {}
+    assert ap.os_labels(None) == {}
+    pools = [{"pool": "p", "settings": s(mode="pgpu"), "hosts": ["a", "b"],
+              "os_release": {"a": {"id": "debian", "version_id": "12"}}}]
+    nodes = ap.desired_nodes(pools)
+    assert nodes["a"]["labels"]["feature.node.kubernetes.io/system-os_release.ID"] == "debian"
+    assert "feature.node.kubernetes.io/system-os_release.ID" not in nodes["b"]["labels"]
+    # NFD may own them where it runs: the cluster play never removes them.
+    assert not set(ap.os_labels({"id": "debian", "version_id": "12"})) & ap.managed_label_keys()
 
 
 def test_every_label_set_is_managed():

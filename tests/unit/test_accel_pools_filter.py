@@ -52,9 +52,17 @@ def test_pools_read_full_settings_once_per_pool_and_match_collect_pools():
         (p["pool"], p["settings"], p["hosts"]) for p in full]
     assert [(p["gpu_count"], p["gpu_memory_mib"], p["device_ids"]) for p in pools] == [
         (1, 81920, ["0xA", "0xB"]), (1, 24576, ["0xC"])]
-    # m-1 is the mig pool's first host: all its accel_* vars are read; m-2 only gives its pool and GPUs.
+    # m-1 is the mig pool's first host: all its accel_* vars are read; m-2 only gives its pool, GPUs and OS.
     assert "accel_driver_branch" in reads["m-1"] and "accel_driver_branch" not in reads["m-2"]
-    assert sorted(set(reads["m-2"])) == ["accel_pool", "nvidia_gpus"]
+    assert sorted(set(reads["m-2"])) == ["accel_pool", "nvidia_gpus", "preflight_os_release"]
+
+
+def test_each_hosts_os_release_reaches_its_nodes_labels():
+    hosts = {h: dict(v) for h, v in HOSTS.items()}
+    hosts["m-2"]["preflight_os_release"] = filters.accel_os_release('ID="ubuntu"\nVERSION_ID="24.04"\n')
+    nodes = filters.accel_desired_nodes(filters.accel_pools_of(list(hosts), hosts))
+    assert nodes["m-2"]["labels"]["feature.node.kubernetes.io/system-os_release.VERSION_ID"] == "24.04"
+    assert "feature.node.kubernetes.io/system-os_release.ID" not in nodes["m-1"]["labels"]
 
 
 def test_releases_point_at_their_chart_directory():

@@ -50,6 +50,10 @@ VARIABLES: dict[str, dict] = {
                                        "exporter)."),
     "accel_gpu_operator_chart": _var("cluster", "str", "GPU Operator chart repository URL or path."),
     "accel_gpu_operator_chart_version": _var("cluster", "str", "GPU Operator chart version."),
+    "accel_gpu_operator_chart_fallback": _var("cluster", "str", "Local GPU Operator chart (directory or .tgz on "
+                                              "the cluster host) installed when the accel_gpu_operator_chart "
+                                              "repository does not answer; empty skips the install then, with a "
+                                              "message."),
     "accel_gpu_operator_service_monitor": _var("cluster", "bool", "Create a Prometheus ServiceMonitor for the "
                                                "DCGM exporter."),
     "accel_gpu_operator_service_monitor_labels": _var("cluster", "dict", "Labels on the DCGM exporter's "

@@ -100,6 +100,8 @@ class Recorder:
             )
             for event in stream.stream(lister, timeout_seconds=2):
                 obj, now = event["object"], time.time()
+                if isinstance(obj, dict):  # ERROR/BOOKMARK events carry a raw Status, not the object
+                    continue
                 if kind == "node":
                     notes = obj.metadata.annotations or {}
                     self.nodes.append(

@@ -322,8 +322,9 @@ def up(args: argparse.Namespace) -> None:
 
 def start_upstream(site: Site, hosts: dict[str, dict]) -> None:
     """Upstream controllers as lab processes (scripts/lab_upstream.py): HAMi's extender, webhook and kube-scheduler
-    for a vgpu-hami pool, with the HAMi device-plugin stand-in; the GPU Operator's controller when the inventory
-    enables the operator. A component already running is left alone."""
+    for a vgpu-hami pool, with the HAMi device-plugin stand-in; gpu-admission and its kube-scheduler for a
+    vgpu/gpu-manager pool; the GPU Operator's controller when the inventory enables the operator. A component
+    already running is left alone."""
     import lab_upstream  # noqa: PLC0415
 
     running = lab_upstream.running(site.root)
@@ -332,6 +333,8 @@ def start_upstream(site: Site, hosts: dict[str, dict]) -> None:
     first = hosts[sorted(hosts)[0]] if hosts else {}
     if not {"hami-scheduler", "hami-kube-scheduler", lab_upstream.STANDIN} & set(running):
         start_hami(site, hosts, first)
+    if not {lab_upstream.GPU_ADMISSION, "gpu-manager-kube-scheduler"} & set(running):
+        start_gpu_admission(site, hosts, first)
     if lab_upstream.GPU_OPERATOR not in running and truthy(first.get("accel_gpu_operator_enabled", False)):
         start_gpu_operator(site, hosts, first)
 
@@ -364,6 +367,20 @@ def start_hami(site: Site, hosts: dict[str, dict], first: dict) -> None:
     namespace = first.get("accel_namespace") or "kube-accel"
     lab_upstream.start_hami(site.root, site.kubeconfig, release, namespace, versions()["K8S_VERSION"].lstrip("v"))
     log(f"HAMi scheduler, kube-scheduler and device-plugin stand-in up in {time.time() - started:.1f} s")
+
+
+def start_gpu_admission(site: Site, hosts: dict[str, dict], first: dict) -> None:
+    import lab_upstream  # noqa: PLC0415
+
+    cluster = {"image_registry": first.get("accel_image_registry") or "",
+               "image_pull_secrets": first.get("accel_image_pull_secrets") or [], "runtime_class": "nvidia"}
+    release = lab_upstream.gpu_manager_release(hosts, cluster)
+    if release is None:
+        return
+    started = time.time()
+    lab_upstream.start_gpu_admission(site.root, site.kubeconfig, release, first.get("accel_namespace") or "kube-accel",
+                                     versions()["K8S_VERSION"].lstrip("v"))
+    log(f"gpu-admission and its kube-scheduler up in {time.time() - started:.1f} s")
 
 
 # The namespace cluster.yml installs the GPU Operator into (cluster_operator_namespace).

@@ -5,6 +5,11 @@ Upstream code (binaries built by scripts/upstream.sh, configured exactly as the 
                    command and env; only its listen addresses move to 127.0.0.1 and its files under .lab/
   kube-scheduler   a second kube-scheduler of the lab's version with the vgpu chart's KubeSchedulerConfiguration;
                    only clientConnection.kubeconfig is added and the extender's urlPrefix points at the local port
+                   (one for HAMi, one for the gpu-manager pool)
+  gpu-admission    tkestack gpu-admission (47d56ae), the gpu-manager pool's scheduler extender, with the vgpu
+                   chart's command; only its listen addresses move to 127.0.0.1
+  gpu-operator     NVIDIA GPU Operator v26.7.0's controller (cmd/gpu-operator) with the chart's args and env, after
+                   the chart's CRDs; its image's /opt/gpu-operator assets bound over /opt in its own mount namespace
 Stand-ins (lab code, named "stand-in" in logs, processes and the verify table):
   hami-device-plugin-standin   for HAMi's device plugin: on nodes that run the vgpu chart's device-plugin pod it
                    writes HAMi's node registration (hami.io/node-nvidia-register, HAMi's JSON encoding) for the
@@ -44,6 +49,7 @@ BIN = CACHE / "bin"
 LAB_WEBHOOK = "kube-accel-lab-hami-webhook"
 STANDIN = "hami-device-plugin-standin"
 GPU_OPERATOR = "gpu-operator"
+GPU_ADMISSION = "gpu-admission"
 GPU_OPERATOR_ARCHIVE = "gpu-operator-v26.7.0"
 # HAMi v2.10.0 names (pkg/device/nvidia/device.go:41-42, pkg/util/types.go:21-27, pkg/util/nodelock/nodelock.go:40).
 HAMI_REGISTER = "hami.io/node-nvidia-register"
@@ -247,18 +253,9 @@ def start_hami(root: Path, kubeconfig: Path, release: dict, namespace: str, kube
     start(root, "hami-scheduler", [str(UPSTREAM_BIN / "hami-scheduler"), *args], env,
           lambda: https_ok(f"https://127.0.0.1:{port}/healthz"))
 
-    config = yaml.safe_load(one(objs, "ConfigMap", f"{name}-scheduler-config")["data"]["config.yaml"])
-    config["clientConnection"] = {"kubeconfig": str(kubeconfig)}
-    for extender in config.get("extenders", []):
-        if extender["urlPrefix"] == "https://127.0.0.1:8443":
-            extender["urlPrefix"] = f"https://127.0.0.1:{port}"
-    (workdir / "scheduler-config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
-    ks_port = free_port()
-    ks_args = [a.replace("=/etc/kube-accel/scheduler/config.yaml", f"={workdir / 'scheduler-config.yaml'}")
-               .replace("=/var/run/kube-scheduler", f"={workdir / 'kube-scheduler-certs'}") for a in ks["command"][1:]]
-    ks_args += ["--bind-address=127.0.0.1", f"--secure-port={ks_port}"]
-    start(root, "hami-kube-scheduler", [str(BIN / "kube-scheduler"), *ks_args], {},
-          lambda: https_ok(f"https://127.0.0.1:{ks_port}/healthz"))
+    ks_port = start_kube_scheduler(root, "hami-kube-scheduler", workdir, kubeconfig, ks,
+                                   one(objs, "ConfigMap", f"{name}-scheduler-config")["data"]["config.yaml"],
+                                   {"https://127.0.0.1:8443": f"https://127.0.0.1:{port}"})
 
     hook = one(objs, "MutatingWebhookConfiguration", f"{name}-webhook")
     webhooks = []
@@ -284,6 +281,64 @@ def start_hami(root: Path, kubeconfig: Path, release: dict, namespace: str, kube
     info = {"release": name, "namespace": namespace, "port": port, "metrics_port": metrics,
             "kube_scheduler_port": ks_port, "scheduler_name": release["values"].get("hami", {}).get(
                 "schedulerName", "hami-scheduler"), "webhook": LAB_WEBHOOK}
+    (workdir / "info.json").write_text(json.dumps(info, indent=1))
+    return info
+
+
+def start_kube_scheduler(root: Path, proc_name: str, workdir: Path, kubeconfig: Path, ks: dict, config_text: str,
+                         urls: dict[str, str]) -> int:
+    """A second kube-scheduler of the lab's version with a chart's container ``ks`` and KubeSchedulerConfiguration:
+    only clientConnection.kubeconfig is added, extender urlPrefixes move per ``urls`` (chart's -> the local
+    process's), files move under ``workdir`` and it serves on 127.0.0.1. Returns its secure port."""
+    config = yaml.safe_load(config_text)
+    config["clientConnection"] = {"kubeconfig": str(kubeconfig)}
+    for extender in config.get("extenders", []):
+        extender["urlPrefix"] = urls.get(extender["urlPrefix"], extender["urlPrefix"])
+    (workdir / "scheduler-config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+    ks_port = free_port()
+    ks_args = [a.replace("=/etc/kube-accel/scheduler/config.yaml", f"={workdir / 'scheduler-config.yaml'}")
+               .replace("=/var/run/kube-scheduler", f"={workdir / 'kube-scheduler-certs'}") for a in ks["command"][1:]]
+    ks_args += ["--bind-address=127.0.0.1", f"--secure-port={ks_port}"]
+    start(root, proc_name, [str(BIN / "kube-scheduler"), *ks_args], {},
+          lambda: https_ok(f"https://127.0.0.1:{ks_port}/healthz"))
+    return ks_port
+
+
+# -- gpu-admission, the gpu-manager pool's scheduler extender -----------------------------------------------
+
+
+def gpu_manager_release(hosts: dict[str, dict], cluster: dict) -> dict | None:
+    """The lab's vgpu-gpu-manager release exactly as the cluster play computes it (accel_releases), or None."""
+    return next((r for r in releases(hosts, cluster) if r["key"] == "vgpu-gpu-manager"), None)
+
+
+def start_gpu_admission(root: Path, kubeconfig: Path, release: dict, namespace: str, kube_version: str) -> dict:
+    """gpu-admission (tkestack, built by scripts/upstream.sh) with the vgpu chart's command, and the chart's second
+    kube-scheduler whose KubeSchedulerConfiguration names it as the extender, for the gpu-manager pool. Only listen
+    addresses move to 127.0.0.1, the kubeconfig stands in for the in-cluster config, and the extender's urlPrefix
+    (the chart's Service) points at the local port. No stand-in: gpu-admission reads the vcuda capacity the lab's
+    fake node carries (the lab's stand-in for gpu-manager's device plugin) and writes its choice on the pod."""
+    workdir = root / "gpu-admission"
+    workdir.mkdir(parents=True, exist_ok=True)
+    objs = render(release, namespace, kube_version, workdir)
+    name = release["name"]
+    c = container(one(objs, "Deployment", f"{name}-gpu-admission"), "gpu-admission")
+    if c["command"] != ["/usr/bin/gpu-admission"]:
+        sys.exit(f"[lab] the chart's gpu-admission container runs {c['command']}, not /usr/bin/gpu-admission")
+    port, pprof = free_port(), free_port()
+    # pflag: the last value of a flag wins, so the chart's own --address stays visible in the log.
+    args = [*c.get("args", []), f"--address=127.0.0.1:{port}", f"--pprofAddress=127.0.0.1:{pprof}",
+            f"--kubeconfig={kubeconfig}"]
+    start(root, GPU_ADMISSION, [str(UPSTREAM_BIN / "gpu-admission"), *args], {},
+          lambda: http_ok(f"http://127.0.0.1:{port}/version"))
+    config_text = one(objs, "ConfigMap", f"{name}-scheduler-config")["data"]["config.yaml"]
+    chart_url = yaml.safe_load(config_text)["extenders"][0]["urlPrefix"]
+    ks = container(one(objs, "Deployment", f"{name}-scheduler"), "kube-scheduler")
+    ks_port = start_kube_scheduler(root, "gpu-manager-kube-scheduler", workdir, kubeconfig, ks, config_text,
+                                   {chart_url: f"http://127.0.0.1:{port}/scheduler"})
+    info = {"release": name, "namespace": namespace, "port": port, "kube_scheduler_port": ks_port,
+            "scheduler_name": yaml.safe_load(config_text)["profiles"][0]["schedulerName"], "chart_url": chart_url,
+            "log": str(procs_dir(root) / f"{GPU_ADMISSION}.log")}
     (workdir / "info.json").write_text(json.dumps(info, indent=1))
     return info
 

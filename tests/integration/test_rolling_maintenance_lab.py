@@ -95,10 +95,9 @@ class Recorder:
 
         while not self.stop.is_set():
             stream = watch.Watch()
-            lister = (
-                self.api.list_node if kind == "node" else lambda **kw: self.api.list_namespaced_pod(NAMESPACE, **kw)
-            )
-            for event in stream.stream(lister, timeout_seconds=2):
+            # The bound API method itself: its docstring tells the watch which type to decode events into.
+            call = (self.api.list_node,) if kind == "node" else (self.api.list_namespaced_pod, NAMESPACE)
+            for event in stream.stream(*call, timeout_seconds=2):
                 obj, now = event["object"], time.time()
                 if isinstance(obj, dict):  # ERROR/BOOKMARK events carry a raw Status, not the object
                     continue

@@ -490,7 +490,7 @@ def test_cluster_play_checks_pod_security_before_installing():
     assert roles["pool_charts"]["pool_charts_namespace"] == "{{ cluster_charts_namespace }}"
     assert roles["gpu_operator"]["gpu_operator_namespace"] == "{{ cluster_operator_namespace }}"
     tasks = yaml.safe_load((REPO / "roles" / "gpu_operator" / "tasks" / "main.yml").read_text())
-    (block,) = [t for t in tasks if "block" in t]
+    (block,) = [t for t in tasks if "block" in t and t["name"] == "Install the GPU Operator"]
     names = [next(k for k in t if k not in ("name", "when")) for t in block["block"]]
     assert names.index("accel_namespaces") < names.index("accel_release")
 

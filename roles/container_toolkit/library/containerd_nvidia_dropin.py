@@ -26,6 +26,7 @@ description:
     credentials are masked in the diff and in every error.
   - Adds the drop-in glob to C(imports) of the main config, creating a minimal main config when there is none.
   - The result is validated by C(containerd config dump) before anything is written, when containerd is installed.
+author: kube-accel contributors
 options:
   main_config: {type: path, default: /etc/containerd/config.toml, description: Main containerd config.}
   dropin: {type: path, default: /etc/containerd/conf.d/99-nvidia.toml, description: Drop-in file written.}
@@ -34,7 +35,8 @@ options:
   binary_name: {type: path, default: /usr/bin/nvidia-container-runtime, description: OCI runtime binary.}
   set_as_default: {type: bool, default: false, description: Make the runtime containerd's default.}
   systemd_cgroup: {type: bool, description: SystemdCgroup for the runtime; inherited from runc when unset.}
-  config_version: {type: int, default: 0, description: 2 or 3; 0 detects it from the main config or containerd.}
+  config_version:
+    {type: int, default: 0, choices: [0, 2, 3], description: 2 or 3; 0 detects it from the main config or containerd.}
   containerd_binary: {type: str, default: containerd, description: containerd executable.}
 attributes:
   check_mode: {support: full}

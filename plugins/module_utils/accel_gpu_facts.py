@@ -14,17 +14,26 @@ Public API (stable; used by the ``nvidia_gpu_facts`` module, the lab scripts and
   ``/sys/...`` and ``/proc/...`` paths.
 
 Fact layout (``nvidia_gpus``): count, reason, source, driver_version, cuda_driver_version ("12.4"),
-cuda_driver_version_major, iommu_enabled, iommu_groups, sriov_capable, kernel_modules, gpus[] with index, uuid,
-name, pci_bus_id, pci_device_id ("0x20B210DE"), numa_node (-1 unknown), memory_total_mib, compute_capability
-("8.0"), mig_mode_current, mig_mode_pending, mig_devices[{gi_id, ci_id, profile, uuid}], compute_mode,
-persistence_mode, sriov_totalvfs.
+cuda_driver_version_major, iommu_enabled, iommu_groups, sriov_capable, kernel_modules, nvswitch (the GPUs sit on an
+NVSwitch fabric: Fabric Manager needed), nvswitch_evidence (what said so), gpus[] with index, uuid, name, pci_bus_id,
+pci_device_id ("0x20B210DE"), numa_node (-1 unknown), memory_total_mib, compute_capability ("8.0"), mig_mode_current,
+mig_mode_pending, mig_devices[{gi_id, ci_id, profile, uuid}], compute_mode, persistence_mode, sriov_totalvfs,
+nvlinks_active, nvlinks_to_nvswitch, fabric_state (null, "not-supported", "not-started", "in-progress",
+"completed").
 
 Snapshot format (one JSON object): ``name``, ``source`` (where the values come from), ``nvml`` with raw NVML-shaped
 values (``driver_version``, ``cuda_driver_version`` as NVML's integer, e.g. 12040, and ``devices[]`` with ``uuid``,
 ``name``, ``pci_bus_id``, ``pci_device_id``, ``memory_total_bytes``, ``cuda_compute_capability`` [major, minor],
 ``mig_mode`` [current, pending] or null when unsupported, ``mig_devices[]`` {gi_id, ci_id, name, uuid},
-``compute_mode`` (NVML enum), ``persistence_mode`` (0/1)), and ``sysfs``: absolute path -> file text, or -> list of
-entry names for a directory.
+``compute_mode`` (NVML enum), ``persistence_mode`` (0/1), optional ``nvlink_remote_device_types`` (NVML's
+nvmlNvLinkDeviceType_t of each active NVLink: 0 GPU, 1 IBM NPU, 2 NVSwitch) and ``gpu_fabric_state`` (NVML's
+nvmlGpuFabricState_t, null when unsupported)), and ``sysfs``: absolute path -> file text, or -> list of entry names for
+a directory.
+
+NVSwitch systems (HGX/DGX A100, H100, H200, B200) are recognised three ways, any one enough: a GPU whose NVML fabric
+state is anything but "not supported" (Hopper and newer report it before Fabric Manager has run), an active NVLink
+whose far end NVML reports as an NVSwitch, or an NVIDIA PCI bridge of class 0x0680 (the NVSwitches of HGX A100
+boards, visible without any driver).
 """
 
 from __future__ import annotations
@@ -36,6 +45,13 @@ import re
 from typing import Protocol
 
 COMPUTE_MODES = {0: "Default", 1: "Exclusive_Thread", 2: "Prohibited", 3: "Exclusive_Process"}
+# nvml.h nvmlGpuFabricState_t and NVML_NVLINK_DEVICE_TYPE_SWITCH.
+FABRIC_STATES = {0: "not-supported", 1: "not-started", 2: "in-progress", 3: "completed"}
+NVLINK_DEVICE_TYPE_SWITCH = 2
+NVLINK_MAX_LINKS = 18  # NVML_NVLINK_MAX_LINKS of the NVML versions before Blackwell; pynvml's own value wins
+# NVSwitch PCI functions: vendor NVIDIA, class "bridge, other" (0x0680xx), as HGX A100 baseboards expose them.
+NVSWITCH_PCI_CLASS_PREFIX = "0x0680"
+NVIDIA_PCI_VENDOR = "0x10de"
 _PROFILE_RE = re.compile(r"MIG\s+(\S+)\s*$")
 
 
@@ -205,6 +221,8 @@ class PynvmlSource:
             "compute_mode": self._opt(nv.nvmlDeviceGetComputeMode, handle),
             "persistence_mode": self._opt(nv.nvmlDeviceGetPersistenceMode, handle),
             "mig_devices": [],
+            "nvlink_remote_device_types": self._nvlinks(handle),
+            "gpu_fabric_state": self._fabric_state(handle),
         }
         if raw["mig_mode"] and raw["mig_mode"][0]:
             for mig_index in range(self._opt(nv.nvmlDeviceGetMaxMigDeviceCount, handle) or 0):
@@ -218,6 +236,41 @@ class PynvmlSource:
                     "uuid": _text(nv.nvmlDeviceGetUUID(mig)),
                 })
         return raw
+
+
+    def _nvlinks(self, handle) -> list:
+        """NVML's remote device type of each active NVLink; an error past the last link ends the list."""
+        nv = self.nvml
+        get_state = getattr(nv, "nvmlDeviceGetNvLinkState", None)
+        get_type = getattr(nv, "nvmlDeviceGetNvLinkRemoteDeviceType", None)
+        if get_state is None or get_type is None:  # a pynvml older than NVLink device types
+            return []
+        types = []
+        for link in range(int(getattr(nv, "NVML_NVLINK_MAX_LINKS", NVLINK_MAX_LINKS))):
+            try:
+                active = get_state(handle, link)
+            except nv.NVMLError:  # no NVLink at all (PCIe cards), or past the device's last link
+                break
+            if active:
+                kind = self._opt(get_type, handle, link)
+                types.append(0xFF if kind is None else int(kind))
+        return types
+
+    def _fabric_state(self, handle):
+        """nvmlGpuFabricState_t of the GPU (Hopper and newer), ``None`` where NVML or the GPU has no such query."""
+        nv = self.nvml
+        struct = getattr(nv, "c_nvmlGpuFabricInfo_t", None)
+        query = getattr(nv, "nvmlDeviceGetGpuFabricInfo", None)
+        if struct is None or query is None:
+            return None
+        import ctypes  # noqa: PLC0415 - only real NVML needs it
+
+        info = struct()
+        try:
+            query(handle, ctypes.byref(info))
+        except nv.NVMLError:
+            return None
+        return int(info.state)
 
 
 def _text(value) -> str:
@@ -254,6 +307,31 @@ def _int_file(sysfs: Sysfs, path: str, default: int) -> int:
         return default
 
 
+def _nvswitch_bridges(sysfs: Sysfs) -> list[str]:
+    """PCI functions that are NVIDIA NVSwitches (A100-generation baseboards enumerate them on PCI)."""
+    found = []
+    for address in sysfs.listdir("/sys/bus/pci/devices") or []:
+        base = f"/sys/bus/pci/devices/{address}"
+        vendor = (sysfs.read(f"{base}/vendor") or "").strip().lower()
+        pci_class = (sysfs.read(f"{base}/class") or "").strip().lower()
+        if vendor == NVIDIA_PCI_VENDOR and pci_class.startswith(NVSWITCH_PCI_CLASS_PREFIX):
+            found.append(address)
+    return found
+
+
+def _nvswitch(gpus: list, sysfs: Sysfs) -> dict:
+    evidence = []
+    for gpu in gpus:
+        if gpu["nvlinks_to_nvswitch"]:
+            evidence.append(f"GPU {gpu['index']}: {gpu['nvlinks_to_nvswitch']} NVLinks to an NVSwitch")
+        elif gpu["fabric_state"] not in (None, "not-supported"):
+            evidence.append(f"GPU {gpu['index']}: NVLink fabric state {gpu['fabric_state']}")
+    bridges = _nvswitch_bridges(sysfs)
+    if bridges:
+        evidence.append(f"NVSwitch PCI functions {', '.join(bridges)}")
+    return {"nvswitch": bool(evidence), "nvswitch_evidence": evidence}
+
+
 def _host_level(sysfs: Sysfs) -> dict:
     groups = sysfs.listdir("/sys/kernel/iommu_groups") or []
     modules_text = sysfs.read("/proc/modules") or ""
@@ -277,6 +355,8 @@ def _empty(source_name: str, reason: str, sysfs: Sysfs) -> dict:
         "gpus": [],
     }
     facts.update(_host_level(sysfs))
+    # Without a driver NVML says nothing, but an HGX A100 board's NVSwitches are on PCI all the same.
+    facts.update(_nvswitch([], sysfs))
     return facts
 
 
@@ -287,6 +367,8 @@ def _gpu(index: int, raw: dict, sysfs: Sysfs) -> dict:
     major, minor = raw["cuda_compute_capability"]
     compute_mode = raw.get("compute_mode")
     persistence = raw.get("persistence_mode")
+    links = raw.get("nvlink_remote_device_types") or []
+    fabric = raw.get("gpu_fabric_state")
     mig_devices = []
     for mig in raw.get("mig_devices") or []:
         match = _PROFILE_RE.search(mig.get("name", ""))
@@ -311,6 +393,9 @@ def _gpu(index: int, raw: dict, sysfs: Sysfs) -> dict:
         "compute_mode": COMPUTE_MODES.get(compute_mode, None if compute_mode is None else str(compute_mode)),
         "persistence_mode": bool(persistence) if persistence is not None else None,
         "sriov_totalvfs": _int_file(sysfs, f"{base}/sriov_totalvfs", 0),
+        "nvlinks_active": len(links),
+        "nvlinks_to_nvswitch": sum(1 for kind in links if kind == NVLINK_DEVICE_TYPE_SWITCH),
+        "fabric_state": None if fabric is None else FABRIC_STATES.get(int(fabric), str(fabric)),
     }
 
 
@@ -347,6 +432,7 @@ def gather(source: NvmlSource, sysfs: Sysfs | None = None) -> dict:
         source.shutdown()
     facts.update(_host_level(sysfs))
     facts["sriov_capable"] = any(gpu["sriov_totalvfs"] > 0 for gpu in facts["gpus"])
+    facts.update(_nvswitch(facts["gpus"], sysfs))
     return facts
 
 

@@ -126,6 +126,17 @@ ansible_facts:
           type: list
           elements: str
           sample: [nvidia, nvidia_modeset, nvidia_uvm]
+        nvswitch:
+          description:
+            - Whether the GPUs sit on an NVSwitch fabric (HGX/DGX baseboards), which needs NVIDIA Fabric Manager of
+              the driver's version. True when a GPU's NVML fabric state is other than not supported, an active
+              NVLink ends at an NVSwitch, or an NVIDIA PCI bridge of class 0x0680 (NVSwitch) is present.
+          type: bool
+        nvswitch_evidence:
+          description: What made C(nvswitch) true, one line per finding.
+          type: list
+          elements: str
+          sample: ["GPU 0: 18 NVLinks to an NVSwitch"]
         gpus:
           description: One entry per GPU.
           type: list
@@ -146,6 +157,9 @@ ansible_facts:
               compute_mode: Default
               persistence_mode: true
               sriov_totalvfs: 0
+              nvlinks_active: 12
+              nvlinks_to_nvswitch: 12
+              fabric_state: null
 """
 
 from ansible.module_utils.accel_gpu_facts import (

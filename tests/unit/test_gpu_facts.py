@@ -8,6 +8,7 @@ Everything above NVML (normalisation, sysfs, MIG parsing) is the real code.
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import subprocess
@@ -21,7 +22,7 @@ from ansible.module_utils import accel_gpu_facts as facts
 
 REPO = Path(__file__).resolve().parents[2]
 SNAPSHOTS = REPO / "tests" / "data" / "nvml"
-REQUIRED = ["h100-80gb", "a100-80gb", "a100-80gb-mig", "a30", "t4", "dual-socket-a100x8"]
+REQUIRED = ["h100-80gb", "a100-80gb", "a100-80gb-mig", "a30", "t4", "dual-socket-a100x8", "hgx-h100x8"]
 
 
 def load(name):
@@ -47,6 +48,7 @@ def test_snapshot_exists_and_says_where_it_comes_from(name):
         ("a30", "NVIDIA A30", "0x20B710DE", 24576, "8.0", "535.161.08", "12.2", 12),
         ("t4", "Tesla T4", "0x1EB810DE", 15360, "7.5", "470.182.03", "11.4", 11),
         ("dual-socket-a100x8", "NVIDIA A100-SXM4-40GB", "0x20B010DE", 40960, "8.0", "535.183.01", "12.2", 12),
+        ("hgx-h100x8", "NVIDIA H100 80GB HBM3", "0x233010DE", 81559, "9.0", "550.54.15", "12.4", 12),
     ],
 )
 def test_device_facts(name, model, device_id, mib, cc, driver, cuda, major):
@@ -210,6 +212,26 @@ class FakePynvml:
             raise self.NVMLError("Not Found")
         return ("mig", handle[1], index)
 
+    NVML_NVLINK_MAX_LINKS = 18
+
+    class c_nvmlGpuFabricInfo_t(ctypes.Structure):  # noqa: N801 - pynvml's own name
+        _fields_ = [("state", ctypes.c_uint)]
+
+    def nvmlDeviceGetNvLinkState(self, handle, link):
+        types = self._dev(handle).get("nvlink_remote_device_types")
+        if not types or link >= len(types):  # PCIe cards answer Not Supported; past the last link too
+            raise self.NVMLError_NotSupported("Not Supported")
+        return 1
+
+    def nvmlDeviceGetNvLinkRemoteDeviceType(self, handle, link):
+        return self._dev(handle)["nvlink_remote_device_types"][link]
+
+    def nvmlDeviceGetGpuFabricInfo(self, handle, info_ref):
+        state = self._dev(handle).get("gpu_fabric_state")
+        if state is None:
+            raise self.NVMLError_NotSupported("Not Supported")
+        info_ref._obj.state = state
+
     def nvmlDeviceGetGpuInstanceId(self, handle):
         return self._mig(handle)["gi_id"]
 
@@ -315,3 +337,50 @@ def test_gather_facts_entry_point_uses_real_nvml(monkeypatch):
     monkeypatch.setitem(sys.modules, "pynvml", FakePynvml(data))
     result = facts.gather_facts()
     assert result["source"] == "nvml" and result["gpus"][0]["name"] == "NVIDIA A30"
+
+
+def test_hgx_h100_is_an_nvswitch_system_from_nvml():
+    """The recorded HGX H100 shape: every GPU's 18 NVLinks end at an NVSwitch, the fabric trained by Fabric Manager."""
+    result = load("hgx-h100x8")
+    assert result["count"] == 8 and Counter(g["numa_node"] for g in result["gpus"]) == {0: 4, 1: 4}
+    assert all(g["nvlinks_active"] == 18 and g["nvlinks_to_nvswitch"] == 18 for g in result["gpus"])
+    assert {g["fabric_state"] for g in result["gpus"]} == {"completed"}
+    assert result["nvswitch"] is True
+    assert result["nvswitch_evidence"][0] == "GPU 0: 18 NVLinks to an NVSwitch"
+
+
+@pytest.mark.parametrize("name", ["h100-80gb", "a100-80gb", "a30", "t4", "dual-socket-a100x8"])
+def test_pcie_and_nvlink_bridge_hosts_are_not_nvswitch_systems(name):
+    result = load(name)
+    assert result["nvswitch"] is False and result["nvswitch_evidence"] == []
+    assert all(g["nvlinks_to_nvswitch"] == 0 and g["fabric_state"] is None for g in result["gpus"])
+
+
+def test_fabric_state_alone_marks_an_nvswitch_system_before_fabric_manager_runs():
+    """Before Fabric Manager has run, NVLinks are not trained yet; Hopper's fabric state already says 'not started'."""
+    data = _snapshot("hgx-h100x8")
+    for device in data["nvml"]["devices"]:
+        device["nvlink_remote_device_types"] = []
+        device["gpu_fabric_state"] = 1
+    result = facts.gather(facts.RecordedSource(data))
+    assert result["nvswitch"] is True
+    assert result["nvswitch_evidence"][0] == "GPU 0: NVLink fabric state not-started"
+    # A PCIe H100 reports 'not supported': no fabric, no Fabric Manager.
+    for device in data["nvml"]["devices"]:
+        device["gpu_fabric_state"] = 0
+    assert facts.gather(facts.RecordedSource(data))["nvswitch"] is False
+
+
+def test_nvswitch_bridges_on_pci_without_any_driver():
+    """HGX A100 boards enumerate their NVSwitches on PCI (10de:1af1, class 0x068000): seen even with no driver."""
+    sysfs = {"/sys/bus/pci/devices": ["0000:07:00.0", "0000:c4:00.0", "0000:c5:00.0"],
+             "/sys/bus/pci/devices/0000:07:00.0/vendor": "0x10de\n",
+             "/sys/bus/pci/devices/0000:07:00.0/class": "0x030200\n",
+             "/sys/bus/pci/devices/0000:c4:00.0/vendor": "0x10de\n",
+             "/sys/bus/pci/devices/0000:c4:00.0/class": "0x068000\n",
+             "/sys/bus/pci/devices/0000:c5:00.0/vendor": "0x8086\n",
+             "/sys/bus/pci/devices/0000:c5:00.0/class": "0x068000\n"}
+    result = facts.gather(facts.RecordedSource({"nvml": {"unavailable": "NVIDIA driver not installed"},
+                                                "sysfs": sysfs}))
+    assert result["count"] == 0 and result["nvswitch"] is True
+    assert result["nvswitch_evidence"] == ["NVSwitch PCI functions 0000:c4:00.0"]

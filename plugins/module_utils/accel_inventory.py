@@ -97,11 +97,17 @@ VARIABLES: dict[str, dict] = {
     "accel_driver_source": _var("pool", "str", "Where the driver packages come from.",
                                 choices=["distro", "cuda-repo"]),
     "accel_driver_repo_url": _var("pool", "str", "CUDA repository (or mirror) URL for driver_source cuda-repo."),
+    "accel_driver_flavor": _var("pool", "str", "NVIDIA kernel modules: open (Turing and newer; the only ones "
+                                "Blackwell and Grace Hopper run with) or proprietary; unset: open only where a GPU "
+                                "needs them.", choices=["open", "proprietary"]),
     "accel_container_runtime": _var("pool", "str", "Container runtime configured for the NVIDIA runtime.",
                                     choices=["containerd", "crio", "docker"]),
     "accel_iommu": _var("pool", "bool", "Enable the IOMMU on the kernel command line."),
     "accel_sriov_numvfs": _var("pool", "int", "SR-IOV virtual functions per GPU (0 = off); at most the GPU's "
                                "sriov_totalvfs."),
+    "accel_sriov_method": _var("pool", "str", "How SR-IOV virtual functions are created: sriov-manage (NVIDIA's "
+                               "tool, vGPU on Ampere and newer), sysfs (the kernel's sriov_numvfs); auto (default) "
+                               "picks by the GPUs' architecture.", choices=["auto", "sysfs", "sriov-manage"]),
     "accel_vfio_passthrough": _var("pool", "bool", "Bind the GPUs to vfio-pci for VM passthrough (needs the "
                                    "IOMMU)."),
     "accel_vfio_pci_ids": _var("pool", "list", "PCI vendor:device IDs bound to vfio-pci, \"vvvv:dddd\".",

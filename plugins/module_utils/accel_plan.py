@@ -25,6 +25,7 @@ import ipaddress
 import re
 from dataclasses import dataclass, field
 
+from ansible.module_utils import accel_driver as driver
 from ansible.module_utils import accel_k8s_names as names
 from ansible.module_utils.accel_constants import MODES, VCUDA_CORES_PER_GPU, VGPU_BACKENDS
 from ansible.module_utils.accel_inventory import RUNTIME_FACTS, VARIABLES, did_you_mean
@@ -596,6 +597,47 @@ def rule_pool_groups_agree(ctx: Context) -> list[str]:
                         "one pool group per accel_pool, or the same pool settings in every group naming it")]
 
 
+def rule_driver_flavor(ctx: Context) -> list[str]:
+    """accel_driver_flavor against the GPUs: Blackwell and Grace Hopper run only with the open kernel modules, which
+    in turn exist only from Turing on (accel_driver.open_modules_required / open_modules_supported)."""
+    flavor = ctx.get("accel_driver_flavor")
+    if flavor not in driver.FLAVORS or _as_bool(ctx.get("accel_vfio_passthrough", False)):
+        return []  # unset: the role picks; bad value: the argument spec reports it; passthrough: no host driver
+    problems, seen = [], set()
+    for gpu in ctx.gpus:
+        if gpu.get("name") in seen:
+            continue
+        if flavor == "proprietary" and driver.open_modules_required(gpu):
+            seen.add(gpu.get("name"))
+            problems.append(ctx.problem("accel_driver_flavor", flavor, f"{_gpu_label(gpu)}: "
+                                        f"{driver.open_modules_required(gpu)}", "open, or leave it unset"))
+        elif flavor == "open" and not driver.open_modules_supported(gpu):
+            seen.add(gpu.get("name"))
+            problems.append(ctx.problem(
+                "accel_driver_flavor", flavor,
+                f"{_gpu_label(gpu)} (compute capability {gpu.get('compute_capability')}) is older than Turing; "
+                "NVIDIA's open kernel modules do not drive it", "proprietary, or leave it unset"))
+    return problems
+
+
+def rule_fabric_manager(ctx: Context) -> list[str]:
+    """An NVSwitch system (nvidia_gpus.nvswitch) needs NVIDIA Fabric Manager of the driver's exact version: a branch
+    NVIDIA publishes none for leaves CUDA unable to use the GPUs."""
+    facts = ctx.facts or {}
+    if not facts.get("nvswitch") or _as_bool(ctx.get("accel_vfio_passthrough", False)):
+        return []
+    raw = ctx.get("accel_driver_branch", _UNSET)
+    if raw is _UNSET or _driver_branch(raw) is None or driver.fabric_manager_available(raw):
+        return []
+    found = list(facts.get("nvswitch_evidence") or ["NVSwitch fabric"])
+    evidence = found[0] + (f", and {len(found) - 1} more" if len(found) > 1 else "")
+    return [ctx.problem("accel_driver_branch", raw,
+                        f"the GPUs sit on an NVSwitch fabric ({evidence}) and need NVIDIA Fabric Manager of the "
+                        f"driver's version, which NVIDIA publishes for no {_driver_branch(raw)} branch",
+                        "a branch with a Fabric Manager: "
+                        + ", ".join(str(b) for b in sorted(driver.FABRIC_MANAGER_BRANCHES)))]
+
+
 RULES = (
     rule_unknown_variables,
     rule_mode,
@@ -615,6 +657,8 @@ RULES = (
     rule_cluster_settings,
     rule_driver_branch_gpus,
     rule_pool_groups_agree,
+    rule_driver_flavor,
+    rule_fabric_manager,
 )
 
 

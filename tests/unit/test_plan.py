@@ -558,3 +558,33 @@ def test_rule_pool_groups_naming_one_pool_agree():
     other = pool(pool="other", mode="pgpu")
     assert plan.host_problems("gpu-03", other, gpus("a100-80gb"), plan.pool_memberships(export, "gpu-03"),
                               groups) == []
+
+
+def test_rule_fabric_manager_on_an_nvswitch_system():
+    """The recorded HGX H100 shape (tests/data/nvml/hgx-h100x8.json) needs a branch NVIDIA publishes Fabric Manager
+    for; the same branch on a PCIe host without NVSwitch is fine."""
+    hgx = gpus("hgx-h100x8")
+    assert check(pool(mode="pgpu", driver_branch="550"), hgx) == []
+    assert check(pool(mode="pgpu", driver_branch="580"), hgx) == []
+    assert check(pool(mode="pgpu", driver_branch="540"), hgx) == [
+        "gpu-01: accel_driver_branch = '540': the GPUs sit on an NVSwitch fabric (GPU 0: 18 NVLinks to an NVSwitch, "
+        "and 7 more) and need NVIDIA Fabric Manager of the driver's version, which NVIDIA publishes for no 540 branch; "
+        "allowed: a branch with a Fabric Manager: 450, 455, 460, 465, 470, 495, 510, 515, 520, 525, 530, "
+        "535, 545, 550, 555, 560, 565, 570, 575, 580, 590, 595"]
+    assert check(pool(mode="pgpu", driver_branch="540"), gpus("h100-80gb")) == []
+    # Passthrough hosts run no host driver: Fabric Manager is the VM's (or the hypervisor's) business.
+    assert check(pool(mode="pgpu", driver_branch="540", iommu=True, vfio_passthrough=True), hgx) == []
+
+
+def test_rule_driver_flavor():
+    b200 = {"count": 1, "gpus": [{"index": 0, "name": "NVIDIA B200", "compute_capability": "10.0"}]}
+    v100 = {"count": 1, "gpus": [{"index": 0, "name": "Tesla V100-SXM2-32GB", "compute_capability": "7.0"}]}
+    assert check(pool(mode="pgpu", driver_branch="570", driver_flavor="open"), b200) == []
+    assert check(pool(mode="pgpu", driver_branch="570"), b200) == []  # unset: the role picks open
+    assert check(pool(mode="pgpu", driver_branch="570", driver_flavor="proprietary"), b200) == [
+        "gpu-01: accel_driver_flavor = 'proprietary': GPU 0 (NVIDIA B200): NVIDIA B200 (compute capability 10.0, "
+        "Blackwell or newer) runs only with NVIDIA's open kernel modules; allowed: open, or leave it unset"]
+    assert check(pool(mode="pgpu", driver_flavor="open"), gpus("t4")) == []  # Turing
+    assert check(pool(mode="pgpu", driver_flavor="open"), v100) == [
+        "gpu-01: accel_driver_flavor = 'open': GPU 0 (Tesla V100-SXM2-32GB) (compute capability 7.0) is older than "
+        "Turing; NVIDIA's open kernel modules do not drive it; allowed: proprietary, or leave it unset"]

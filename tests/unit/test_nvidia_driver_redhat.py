@@ -1,0 +1,161 @@
+"""nvidia_driver's RHEL tasks (tasks/redhat.yml, vars/RedHat.yml) against simulated RHEL hosts: there is no RHEL
+host or image in CI, so the task file is evaluated task by task the way Ansible would (``when`` as a Jinja expression,
+``register``, blocks, the role's own filters), with each module's answer taken from the simulated host. What the
+tests assert is the sequence of actions the host would see: EPEL before the DKMS stream (issue 16.5), ``dnf module
+switch-to`` under a lifted version lock on a branch or flavour change (issue 16.11), the ``fm`` profile on NVSwitch
+systems, and the reboot the change asks for.
+"""
+
+from __future__ import annotations
+
+import base64
+from pathlib import Path
+
+import pytest
+import yaml
+from tasksim import OMIT, RoleVars, render, run_tasks
+
+ROLE = Path(__file__).resolve().parents[2] / "roles" / "nvidia_driver"
+TASKS = yaml.safe_load((ROLE / "tasks" / "redhat.yml").read_text())
+RH_VARS = yaml.safe_load((ROLE / "vars" / "RedHat.yml").read_text())
+MAIN_VARS = yaml.safe_load((ROLE / "vars" / "main.yml").read_text())
+MODULE_FILE = "[nvidia-driver]\nname=nvidia-driver\nstream={stream}\nprofiles={profile}\nstate=enabled\n"
+MODULE_KEYS = ("ansible.builtin.stat", "ansible.builtin.slurp", "ansible.builtin.command",
+               "ansible.builtin.yum_repository", "ansible.builtin.dnf", "community.general.dnf_versionlock",
+               "ansible.builtin.debug", "ansible.builtin.set_fact")
+
+
+class RhelHost:
+    """What a RHEL 9 host answers: repository files, the enabled nvidia-driver stream, the installed driver."""
+
+    def __init__(self, epel=False, stream="", profile="default", installed=""):
+        self.files = {"/etc/yum.repos.d/epel.repo": "[epel]\n"} if epel else {}
+        if stream:
+            self.files["/etc/dnf/modules.d/nvidia-driver.module"] = MODULE_FILE.format(stream=stream, profile=profile)
+        self.installed = installed
+        self.events: list[tuple] = []
+
+    def run(self, module: str, args: dict, check: bool) -> dict:
+        if module == "ansible.builtin.stat":
+            return {"stat": {"exists": args["path"] in self.files}}
+        if module == "ansible.builtin.slurp":
+            if args["src"] not in self.files:
+                return {"failed": True, "msg": "file not found"}
+            return {"content": base64.b64encode(self.files[args["src"]].encode()).decode()}
+        if module == "ansible.builtin.command":
+            argv = args["argv"]
+            if argv[0] == "rpm":
+                return {"rc": 0 if self.installed else 1, "stdout": self.installed}
+            assert argv[:4] == ["dnf", "-y", "module", "switch-to"], argv
+            self.events.append(("switch-to", argv[4]))
+            return {"changed": True, "rc": 0}
+        if module == "ansible.builtin.yum_repository":
+            self.events.append(("repo", args["name"], {k: v for k, v in args.items() if v != OMIT and k != "name"}))
+            return {"changed": True}
+        if module == "ansible.builtin.dnf":
+            self.events.append(("dnf", args["name"], bool(args.get("allow_downgrade"))))
+            return {"changed": True}
+        if module == "community.general.dnf_versionlock":
+            self.events.append(("versionlock", args["state"]))
+            return {"changed": True}
+        if module == "ansible.builtin.debug":
+            self.events.append(("say", args["msg"]))
+            return {"changed": False}
+        raise AssertionError(f"unexpected module {module}")
+
+
+def converge(host: RhelHost, check=False, **settings):
+    base = {"ansible_facts": {"distribution_major_version": "9", "architecture": "x86_64", "kernel": "5.14.0-503"},
+            "ansible_check_mode": check, "omit": OMIT, "nvidia_driver_branch": "550",
+            "nvidia_driver_source": "cuda-repo",
+            "nvidia_driver_version": "", "nvidia_driver_install_packages": True, "nvidia_driver_install_headers": True,
+            "nvidia_driver_extra_packages": [], "nvidia_driver_flavor": "", "nvidia_driver_fabricmanager": "auto",
+            "nvidia_driver_epel": True, "nvidia_driver_epel_baseurl": "",
+            "nvidia_driver_epel_metalink": "https://mirrors.fedoraproject.org/metalink?repo=epel-$releasever",
+            "nvidia_driver_epel_gpgkey": "https://dl.fedoraproject.org/pub/epel/RPM-GPG-KEY-EPEL-9",
+            "nvidia_driver_cuda_repo_url": "", "nvidia_driver_cuda_repo_key_url": "", "nvidia_gpus": {}}
+    base.update(settings)
+    variables = RoleVars({**MAIN_VARS, **RH_VARS}, base)
+    run_tasks(TASKS, host, variables, MODULE_KEYS)
+    return host.events, variables
+
+
+def actions(events):
+    return [e[0] if e[0] != "dnf" else ("dnf", (e[1],) if isinstance(e[1], str) else tuple(e[1])) for e in events]
+
+
+HGX = {"nvswitch": True, "gpus": [{"name": "NVIDIA H100 80GB HBM3", "compute_capability": "9.0"}]}
+B200 = {"nvswitch": True, "gpus": [{"name": "NVIDIA B200", "compute_capability": "10.0"}]}
+HEADERS = ("dnf", ("kernel-devel-5.14.0-503", "kernel-headers-5.14.0-503"))
+PLUGIN = ("dnf", ("python3-dnf-plugin-versionlock",))
+
+
+def test_fresh_host_gets_epel_before_the_dkms_stream():
+    events, _ = converge(RhelHost())
+    assert actions(events) == ["repo", "repo", HEADERS, PLUGIN, ("dnf", ("@nvidia-driver:550-dkms/default",)),
+                               "versionlock"]
+    epel = events[0]
+    assert epel[1] == "kube-accel-epel" and epel[2]["gpgcheck"] is True and "metalink" in epel[2]
+    assert events[-1] == ("versionlock", "present")
+
+
+def test_host_with_epel_keeps_its_own_and_a_mirror_replaces_the_metalink():
+    events, _ = converge(RhelHost(epel=True))
+    assert [e[1] for e in events if e[0] == "repo"] == ["kube-accel-cuda"]
+    events, _ = converge(RhelHost(), nvidia_driver_epel_baseurl="https://mirror.dc1.example.net/epel/9/x86_64")
+    assert events[0][2] == {"description": "Extra Packages for Enterprise Linux (kube-accel, for dkms)",
+                            "baseurl": "https://mirror.dc1.example.net/epel/9/x86_64",
+                            "gpgkey": "https://dl.fedoraproject.org/pub/epel/RPM-GPG-KEY-EPEL-9", "gpgcheck": True}
+
+
+def test_same_stream_again_neither_unlocks_nor_switches():
+    events, variables = converge(RhelHost(epel=True, stream="550-dkms", installed="550.163.01-1.el9"))
+    assert ("versionlock", "absent") not in events and not any(e[0] == "switch-to" for e in events)
+
+
+def test_branch_change_switches_the_stream_under_a_lifted_lock_and_asks_for_a_reboot():
+    events, variables = converge(RhelHost(epel=True, stream="550-dkms", installed="550.163.01-1.el9"),
+                                 nvidia_driver_branch="570")
+    assert actions(events)[2:] == [PLUGIN, "versionlock", "switch-to", ("dnf", ("@nvidia-driver:570-dkms/default",)),
+                                   "versionlock"]
+    assert [e for e in events if e[0] in ("versionlock", "switch-to")] == [
+        ("versionlock", "absent"), ("switch-to", "nvidia-driver:570-dkms/default"), ("versionlock", "present")]
+    assert render("{{ nvidia_driver_packages_changed }}", variables) is True
+
+
+def test_branch_change_in_check_mode_is_reported_not_run():
+    events, variables = converge(RhelHost(epel=True, stream="550-dkms", installed="550.163.01-1.el9"), check=True,
+                                 nvidia_driver_branch="570")
+    assert not any(e[0] == "switch-to" for e in events)
+    assert ("say", "nvidia-driver module stream 550-dkms -> nvidia-driver:570-dkms/default (dnf module switch-to)") \
+        in events
+    assert variables["nvidia_driver_switch_check"]["changed"] is True
+    assert render("{{ nvidia_driver_packages_changed }}", variables) is True
+
+
+def test_nvswitch_host_gets_the_fm_profile_and_blackwell_the_open_stream():
+    events, _ = converge(RhelHost(epel=True), nvidia_gpus=HGX)
+    assert ("dnf", ("@nvidia-driver:550-dkms/fm",)) in actions(events)
+    events, _ = converge(RhelHost(epel=True), nvidia_gpus=B200, nvidia_driver_branch="570")
+    assert ("dnf", ("@nvidia-driver:570-open/fm",)) in actions(events)
+    # proprietary -> open on an existing host is a stream switch too
+    events, _ = converge(RhelHost(epel=True, stream="570-dkms", installed="570.86.10-1.el9"), nvidia_gpus=B200,
+                         nvidia_driver_branch="570")
+    assert ("switch-to", "nvidia-driver:570-open/fm") in events
+
+
+def test_exact_version_change_installs_it_with_downgrades_under_a_lifted_lock():
+    events, _ = converge(RhelHost(epel=True, stream="550-dkms", installed="550.163.01-1.el9"),
+                         nvidia_driver_version="550.144.03")
+    install = next(e for e in events if e[0] == "dnf" and e[1][0].startswith("@"))
+    assert install == ("dnf", ["@nvidia-driver:550-dkms/default", "nvidia-driver-550.144.03"], True)
+    assert [e for e in events if e[0] == "versionlock"] == [("versionlock", "absent"), ("versionlock", "present")]
+    events, _ = converge(RhelHost(epel=True, stream="550-dkms", installed="550.144.03-1.el9"),
+                         nvidia_driver_version="550.144.03")
+    assert [e for e in events if e[0] == "versionlock"] == [("versionlock", "present")]
+
+
+@pytest.mark.parametrize("install", [False])
+def test_without_package_installs_only_the_repositories(install):
+    events, _ = converge(RhelHost(), nvidia_driver_install_packages=install)
+    assert actions(events) == ["repo", "repo"]

@@ -1,5 +1,5 @@
-"""The lab is real: a kube-apiserver at the pinned version, fake GPU nodes with GPU capacity, and helm
-installing a chart whose pod the real scheduler places on a fake node."""
+"""The lab is real: a kube-apiserver at the pinned version, fake GPU nodes labelled by the cluster play's own role,
+and helm installing a chart whose pod the real scheduler places on a fake node."""
 
 from __future__ import annotations
 
@@ -24,26 +24,18 @@ def test_server_reports_pinned_version(lab):
     assert info.git_version == versions()["K8S_VERSION"]
 
 
-def test_fake_gpu_nodes_carry_pool_capacity(lab):
+def test_pool_labels_role_labels_the_fresh_nodes(lab):
+    """The fixture labels the lab's fresh nodes with the cluster play's pool_labels role: the labels come from that
+    role on a real API server, the expected values from the lab inventory as written. The nodes' GPU capacity is
+    not checked here: scripts/lab.py writes it from accel_pools.advertised_resources, so the lab would only be
+    compared with itself; that function is checked against the upstream device plugins instead
+    (tests/conformance/test_device_plugin.py, test_vgpu_capacity.py)."""
     nodes = {n.metadata.name: n for n in client.CoreV1Api(_api(lab)).list_node().items}
-    mps = nodes["lab-mps-0"]
-    # lab-mps-0 is an A30 host snapshot with 4 MPS replicas per GPU.
-    gpus = int(mps.metadata.labels["nvidia.com/gpu.count"])
-    assert gpus >= 1
-    assert mps.status.allocatable["nvidia.com/gpu"] == str(gpus * 4)
-    vcuda = nodes["lab-vcuda-0"]
-    memory = int(vcuda.metadata.labels["nvidia.com/gpu.memory"])
-    count = int(vcuda.metadata.labels["nvidia.com/gpu.count"])
-    assert vcuda.status.allocatable["tencent.com/vcuda-core"] == str(100 * count)
-    assert vcuda.status.allocatable["tencent.com/vcuda-memory"] == str(count * (memory // 256))
     assert nodes["lab-pgpu-0"].metadata.labels[accel_constants.LABELS["mode"]] == "pgpu"
-    # lab-timeslice-0: one A100-80GB, 8 time-slicing replicas renamed nvidia.com/gpu.shared (renameByDefault).
+    # inventories/lab pool_timeslice: 8 replicas, a pod may take several (fail_requests_greater_than_one false).
     sliced = nodes["lab-timeslice-0"]
     assert sliced.metadata.labels[accel_constants.LABELS["mode"]] == "timeslice"
     assert sliced.metadata.labels["nvidia.com/device-plugin.config"] == "timeslice-8-multi"
-    shared = int(sliced.metadata.labels["nvidia.com/gpu.count"]) * 8
-    assert sliced.status.allocatable["nvidia.com/gpu.shared"] == str(shared)
-    assert "nvidia.com/gpu" not in sliced.status.allocatable
     assert set(lab.nodes_by_pool) == {"vgpu-hami", "vgpu-vcuda", "pgpu", "mps", "mig", "timeslice"}
 
 

@@ -32,7 +32,9 @@ def errors(values):
 
 def test_schema_is_valid():
     jsonschema.Draft202012Validator.check_schema(SCHEMA)
-    assert "v26.7.0" in SCHEMA["description"] and opv.OPERATOR_CHART_VERSION == "v26.7.0"
+    # The schema names the chart version its keys were checked against; the version itself is tied to the pinned
+    # archive in tests/conformance/test_version_pins.py.
+    assert opv.OPERATOR_CHART_VERSION in SCHEMA["description"]
 
 
 def test_lab_values():

@@ -3,7 +3,7 @@
 The graph is read from the code itself: ``import_playbook``, ``roles:``, ``include_role``/``import_role`` and
 ``include_tasks``/``import_tasks`` in ansible/*.yml and in every role's tasks and handlers; role dependencies in
 roles/*/meta/main.yml; task keys that name a custom module (plugins/modules, roles/*/library); ``| filter`` uses in
-playbooks and in role tasks, handlers, defaults, vars and templates, mapped to the filter file that defines the
+playbooks and in role tasks, handlers, defaults, vars and templates (and ``map('filter')``), mapped to the filter file that defines the
 filter; charts a role installs (an ``accel_release`` chart path ending in a charts/ directory, and for a role using the
 ``accel_releases`` filter, every chart ``accel_pools.chart_for`` picks for a release of any mode). The test fails when
 the diagram's nodes or edges differ and says which. To redraw the diagram after a change:
@@ -23,7 +23,9 @@ import yaml
 REPO = Path(__file__).resolve().parents[2]
 DOC = REPO / "docs" / "architecture.md"
 BEGIN, END = "<!-- architecture-graph -->", "<!-- /architecture-graph -->"
+# A filter applied with "| name", or passed by name to map().
 FILTER_USE = re.compile(r"\|\s*([A-Za-z_]\w*)")
+FILTER_MAPPED = re.compile(r"\bmap\(\s*['\"]([A-Za-z_]\w*)['\"]")
 TASK_LISTS = ("tasks", "pre_tasks", "post_tasks", "handlers", "block", "rescue", "always")
 ROLE_CALLS = {f"{p}{a}" for p in ("", "ansible.builtin.") for a in ("include_role", "import_role")}
 TASK_FILES = {f"{p}{a}" for p in ("", "ansible.builtin.") for a in ("include_tasks", "import_tasks")}
@@ -95,7 +97,7 @@ class Graph:
 
     def uses_filters(self, src: str, data) -> None:
         for text in _strings(data):
-            for name in FILTER_USE.findall(text):
+            for name in FILTER_USE.findall(text) + FILTER_MAPPED.findall(text):
                 if name in self.filters:
                     self.add(src, f"flt:{self.filters[name]}")
 
@@ -218,8 +220,8 @@ def test_diagram_is_the_code_graph():
 
 
 def test_graph_reaches_every_role_module_and_chart():
-    """Nothing kube-accel ships is left out of the main job's map: each role, custom module and chart is reached
-    from the inventory (a role only Molecule runs, or a module nothing calls, would be dead code here)."""
+    """Nothing kube-accel ships is left out of the main job's map: each role, custom module, filter file and chart is
+    reached from the inventory (a role only Molecule runs, or a module nothing calls, would be dead code here)."""
     edges = code_graph()
     reached, todo = set(), ["inventory"]
     while todo:
@@ -229,7 +231,8 @@ def test_graph_reaches_every_role_module_and_chart():
             todo += [b for a, b in edges if a == node]
     graph = Graph()
     shipped = ({f"role:{p.name}" for p in (REPO / "roles").iterdir() if (p / "tasks").is_dir()}
-               | {f"mod:{m}" for m in graph.modules} | {f"chart:{c}" for c in graph.charts})
+               | {f"mod:{m}" for m in graph.modules} | {f"chart:{c}" for c in graph.charts}
+               | {f"flt:{f}" for f in graph.filters.values()})
     assert not shipped - reached, f"not reached from the inventory: {sorted(shipped - reached)}"
 
 

@@ -2,11 +2,12 @@
 
 The graph is read from the code itself: ``import_playbook``, ``roles:``, ``include_role``/``import_role`` and
 ``include_tasks``/``import_tasks`` in ansible/*.yml and in every role's tasks and handlers; role dependencies in
-roles/*/meta/main.yml; task keys that name a custom module (plugins/modules, roles/*/library); ``| filter`` uses in
-playbooks and in role tasks, handlers, defaults, vars and templates (and ``map('filter')``), mapped to the filter file that defines the
-filter; charts a role installs (an ``accel_release`` chart path ending in a charts/ directory, and for a role using the
-``accel_releases`` filter, every chart ``accel_pools.chart_for`` picks for a release of any mode). The test fails when
-the diagram's nodes or edges differ and says which. To redraw the diagram after a change:
+roles/*/meta/main.yml; task keys that name a custom module (plugins/modules, roles/*/library); ``| filter`` and
+``map('filter')`` uses in playbooks and in role tasks, handlers, defaults, vars and templates, mapped to the filter
+file that defines the filter; charts a role installs (a release module's chart path ending in a charts/ directory,
+and for a role that feeds the ``accel_releases`` filter to that module, every chart ``accel_pools.chart_for`` picks
+for a release of any mode). The test fails when the diagram's nodes or edges differ and says which. To redraw the
+diagram after a change:
 
     .venv/bin/python tests/unit/test_architecture_doc.py --write
 """

@@ -9,6 +9,9 @@ LABEL_PREFIX = "kube-accel.io"
 
 MODES = ("vgpu", "pgpu", "mps", "timeslice")
 VGPU_BACKENDS = ("hami", "gpu-manager")
+# The oldest Kubernetes kube-accel supports: every chart's kubeVersion floor (charts/*/Chart.yaml; kept equal by
+# tests/charts/test_chart_constants.py), checked by the preflight before any host changes.
+MIN_KUBERNETES = (1, 25)
 
 # Product labels, by short name.
 LABELS = {

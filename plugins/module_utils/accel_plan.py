@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 
 from ansible.module_utils import accel_driver as driver
 from ansible.module_utils import accel_k8s_names as names
-from ansible.module_utils.accel_constants import MODES, VCUDA_CORES_PER_GPU, VGPU_BACKENDS
+from ansible.module_utils.accel_constants import MIN_KUBERNETES, MODES, VCUDA_CORES_PER_GPU, VGPU_BACKENDS
 from ansible.module_utils.accel_inventory import RUNTIME_FACTS, VARIABLES, did_you_mean
 from ansible.module_utils.accel_mig import MIN_DRIVER, MODELS, driver_problems, geometry_problems, model_for_device
 
@@ -535,9 +535,15 @@ def rule_cluster_settings(ctx: Context) -> list[str]:
         problems.append(ctx.problem("accel_gpu_operator_chart_version", version, "not a chart version",
                                     "a semantic version such as \"v26.7.0\" (Helm chart versions are SemVer 2)"))
     kube = ctx.get("accel_kubernetes_version")
+    oldest = ".".join(map(str, MIN_KUBERNETES))
     if kube not in (None, "") and not re.fullmatch(r"v?1\.\d+(\.\d+)?", str(kube)):
         problems.append(ctx.problem("accel_kubernetes_version", kube, "not a Kubernetes version",
-                                    "a version such as \"1.36\" or \"v1.36.3\""))
+                                    f"a version such as \"1.36\" or \"v1.36.3\", {oldest} or newer"))
+    elif kube not in (None, "") and _version_tuple(kube) < MIN_KUBERNETES:
+        problems.append(ctx.problem("accel_kubernetes_version", kube,
+                                    f"older than every kube-accel chart accepts (kubeVersion >= {oldest}): the run "
+                                    "would fail at the first helm install, after the hosts changed",
+                                    f"{oldest} or newer"))
     return problems
 
 

@@ -89,9 +89,6 @@ def test_kube_version_constraint_as_helm_reads_it(helm, chart):
     assert old.returncode != 0 and "chart requires kubeVersion" in old.stderr, old.stderr
 
 
-@pytest.mark.xfail(strict=True, reason="accel_plan checks accel_kubernetes_version's form only: a cluster older than "
-                   "the charts' floor passes the preflight and fails at the first helm install, after the hosts "
-                   "changed (reported to the lead, issue 17; plugins/module_utils/accel_plan.py)")
 def test_preflight_refuses_a_kubernetes_the_charts_refuse():
     major, minor = _minimum(meta("pgpu")["kubeVersion"])
     settings = {"accel_pool": "p", "accel_mode": "pgpu", "accel_kubernetes_version": f"{major}.{minor - 1}",
@@ -99,6 +96,8 @@ def test_preflight_refuses_a_kubernetes_the_charts_refuse():
                 "accel_numa_policy": "none"}
     problems = accel_plan.host_problems("gpu-01", settings, {}, None)
     assert any("accel_kubernetes_version" in p for p in problems), problems
+    assert accel_plan.host_problems("gpu-01", {**settings, "accel_kubernetes_version": f"{major}.{minor}"}, {},
+                                    None) == []
 
 
 def test_common_helpers_identical():

@@ -64,7 +64,7 @@ EXPECTED = {
         "accel_vfio_passthrough, or accel_vfio_passthrough: false",
         "accel_vfio_pci_ids = '10de-1aef': not a PCI vendor:device ID; allowed: 4 hex digits, a colon, 4 hex digits, "
         "e.g. \"10de:20b5\"",
-        "accel_kubernetes_version = '1.24': accel_numa_policy 'single-numa-node' (NUMA-aligned GPUs through the "
+        "accel_kubernetes_version = '1.29': accel_numa_policy 'single-numa-node' (NUMA-aligned GPUs through the "
         "kubelet Topology Manager) needs Kubernetes 1.30 or newer: kube-accel sets it in a kubelet --config-dir "
         "drop-in, a flag kubelet accepts by default only from 1.30; allowed: >= 1.30, or accel_numa_policy none",
     ],

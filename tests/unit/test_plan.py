@@ -302,14 +302,18 @@ def test_rule_kubernetes_version_for_numa_ok(version):
 def test_rule_kubernetes_version_for_numa_too_old():
     # kubelet_gpu passes --config-dir, which kubelet accepts by default only from 1.30 (1.28-1.29: alpha behind
     # the KubeletConfigDropInDir gate; older: unknown flag, kubelet does not start).
-    for old in ("1.24", "1.25", "1.29", "v1.29.9"):
+    for old in ("1.25", "1.29", "v1.29.9"):
         settings = pool(mode="pgpu", numa_policy="single-numa-node", kubernetes_version=old)
         assert check(settings) == [
             f"gpu-01: accel_kubernetes_version = {old!r}: accel_numa_policy 'single-numa-node' (NUMA-aligned GPUs "
             "through the kubelet Topology Manager) needs Kubernetes 1.30 or newer: kube-accel sets it in a "
             "kubelet --config-dir drop-in, a flag kubelet accepts by default only from 1.30; allowed: >= 1.30, "
             "or accel_numa_policy none"]
-    assert check(pool(mode="pgpu", numa_policy="none", kubernetes_version="1.24")) == []
+    assert check(pool(mode="pgpu", numa_policy="none", kubernetes_version="1.25")) == []
+    # Older than the charts' floor (accel_constants.MIN_KUBERNETES): refused whatever the NUMA policy.
+    assert check(pool(mode="pgpu", numa_policy="none", kubernetes_version="1.24")) == [
+        "gpu-01: accel_kubernetes_version = '1.24': older than every kube-accel chart accepts (kubeVersion >= 1.25): "
+        "the run would fail at the first helm install, after the hosts changed; allowed: 1.25 or newer"]
     assert "not a version" in check(pool(mode="pgpu", numa_policy="restricted", kubernetes_version="latest"))[0]
 
 
@@ -334,7 +338,7 @@ def test_every_problem_is_listed_at_once():
     problems = check(settings, gpus("a100-80gb-mig"))
     fields = [p.split(" = ")[0].split(": ")[1] for p in problems]
     assert fields == ["accel_modee", "accel_mode", "accel_mig_strategy", "accel_mps_replicas", "accel_sriov_numvfs",
-                      "accel_vfio_passthrough", "accel_kubernetes_version"]
+                      "accel_vfio_passthrough", "accel_kubernetes_version", "accel_kubernetes_version"]
 
 
 @pytest.mark.parametrize("value", [1, 50, 100, 200, 300, 1000, "100", "25"])

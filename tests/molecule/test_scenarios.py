@@ -24,7 +24,9 @@ REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 # Longest first (BENCHMARKS.md, "Test suite"): with `-n 2 --dist worksteal` the DKMS build runs on one worker while
 # the other works through the rest, instead of starting last and running alone at the end.
-LONGEST_FIRST = ("roles/nvidia_driver:dkms", "roles/container_toolkit:default", ".:site", ".:sriov_vfio", ".:mig")
+# Measured 2026-11-23 (BENCHMARKS.md): DKMS alone on one worker; the rest longest first behind it.
+LONGEST_FIRST = ("roles/nvidia_driver:dkms", ".:sriov_vfio", ".:site", "roles/nvidia_driver:default", ".:kubelet_gpu",
+                 ".:mig", "roles/package_db:default", "roles/container_toolkit:default")
 STAGE = re.compile(r"\b([a-z_]+)\]?:?\s+Executing\b")
 
 

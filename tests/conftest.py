@@ -17,13 +17,3 @@ accel_import.install()
 
 from lab_fixture import lab  # noqa: E402,F401  (session fixture)
 
-
-def pytest_collection_modifyitems(config, items):
-    """Under xdist (`make test` runs `-n 2 --dist loadgroup`) every lab test runs on one worker: they share one lab
-    (the session fixture), which a second worker would start or tear down beside them. The other worker meanwhile
-    takes the unit, chart and conformance tests."""
-    import pytest  # noqa: PLC0415
-
-    for item in items:
-        if item.get_closest_marker("lab"):
-            item.add_marker(pytest.mark.xdist_group("lab"))

@@ -3,10 +3,10 @@
 #   hosts:   venv -> podman, host and Molecule images -> Molecule scenarios (podman hosts only: no Go toolchain)
 #   cluster: the Go toolchain and upstream builds -> lint -> pytest (lab integration tests in one process, unit,
 #            chart and conformance tests in another beside it)
-# The Molecule lane starts as soon as its images exist, so its ~25 cold minutes run beside the Go builds and
-# pytest instead of after them. Its output goes to a log printed when both lanes have ended; each stage's time
-# still goes through scripts/stage.sh. Exit status: non-zero when any stage failed.
-# Environment: PYTEST_ARGS (passed to both pytest runs), KA_MOLECULE_REUSE (tests/molecule/scenario_reuse.py).
+# The Molecule lane starts as soon as its images exist, so its ~35 minutes (every scenario run) pass beside the Go
+# builds and pytest instead of after them. Its output goes to a log printed when both lanes have ended; each stage's
+# time still goes through scripts/stage.sh. Exit status: non-zero when any stage failed.
+# Environment: PYTEST_ARGS (passed to every pytest run), KA_MOLECULE_REUSE (tests/molecule/scenario_reuse.py).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 make=(make --no-print-directory)

@@ -8,7 +8,7 @@
 Everything lives under the repo's ignored .lab/ directory.
 
 A second lab (benchmarks) lives beside it with its own directory, cluster name and inventory:
-  lab.py --dir .lab/bench --name kube-accel-bench up --inventory INV/hosts.yml --no-hosts --unlabelled
+  lab.py --dir .lab/bench --name kube-accel-bench up --inventory INV/hosts.yml --no-hosts
 """
 
 from __future__ import annotations

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -86,3 +87,15 @@ def run_localhost_playbook(book: list, path: Path, *args: str, env: dict | None 
             "-e", f"ansible_python_interpreter={sys.executable}", *args]
     return subprocess.run(argv, cwd=REPO, env=full_env, capture_output=True, text=True, timeout=timeout,
                           check=False)
+
+
+def wait_for(what: str, check, timeout: float = 60, every: float = 0.5):
+    """Poll ``check`` until it returns something truthy and return it; fail naming ``what`` after ``timeout`` s."""
+    deadline = time.time() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.time() > deadline:
+            pytest.fail(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(every)

@@ -11,15 +11,16 @@ device plugin would advertise for the recorded T4) and kwok running the pod.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 import yaml
+from lab_fixture import wait_for
 
 pytestmark = pytest.mark.lab
 
@@ -31,15 +32,7 @@ NS = "gpu-admission-lab-test"
 POOL_KEY = "kube-accel.io/pool"
 
 
-def wait(what: str, check, timeout: float = 90, every: float = 0.5):
-    deadline = time.time() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.time() > deadline:
-            pytest.fail(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(every)
+wait = functools.partial(wait_for, timeout=90)
 
 
 def admission_names() -> dict[str, str]:

@@ -12,6 +12,7 @@ GPU products the lab's nodes carry in place of GPU feature discovery.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -23,6 +24,7 @@ from pathlib import Path
 import accel_operator_values as opv
 import accel_pools
 import pytest
+from lab_fixture import wait_for
 
 pytestmark = pytest.mark.lab
 
@@ -39,15 +41,7 @@ KUBE_ACCELS = ("nvidia-driver-daemonset", "nvidia-container-toolkit-daemonset", 
                "nvidia-device-plugin-mps-control-daemon", "gpu-feature-discovery")
 
 
-def wait(what: str, check, timeout: float = 120, every: float = 1):
-    deadline = time.time() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.time() > deadline:
-            pytest.fail(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(every)
+wait = functools.partial(wait_for, timeout=120, every=1)
 
 
 def site(lab):

@@ -17,12 +17,12 @@ import json
 import socket
 import subprocess
 import sys
-import time
 import urllib.request
 from pathlib import Path
 
 import pytest
 import yaml
+from lab_fixture import wait_for
 
 pytestmark = pytest.mark.lab
 
@@ -35,15 +35,7 @@ NS = "hami-lab-test"
 POOL_KEY = "kube-accel.io/pool"
 
 
-def wait(what: str, check, timeout: float = 60, every: float = 0.5):
-    deadline = time.time() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.time() > deadline:
-            pytest.fail(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(every)
+wait = wait_for
 
 
 @pytest.fixture(scope="module")

@@ -34,47 +34,38 @@ LABEL_KEY_ALLOWED = ("an optional DNS subdomain prefix and '/', then a name of a
                      "and '.' starting and ending with a letter or digit (Kubernetes label key)")
 
 
-def _text(value) -> str | None:
-    return value if isinstance(value, str) else None
+def _name(value, pattern, maximum: int, kind: str) -> str:
+    """A non-empty string of at most ``maximum`` characters matching ``pattern`` whole."""
+    if not isinstance(value, str):
+        return "not a string"
+    if not value:
+        return "empty"
+    if len(value) > maximum:
+        return f"{len(value)} characters, longer than {maximum}"
+    return "" if pattern.fullmatch(value) else f"not an RFC 1123 {kind}"
 
 
 def dns1123_label(value) -> str:
-    text = _text(value)
-    if text is None:
-        return "not a string"
-    if not text:
-        return "empty"
-    if len(text) > DNS1123_LABEL_MAX:
-        return f"{len(text)} characters, longer than {DNS1123_LABEL_MAX}"
-    return "" if _DNS1123_LABEL.fullmatch(text) else "not an RFC 1123 label"
+    return _name(value, _DNS1123_LABEL, DNS1123_LABEL_MAX, "label")
 
 
 def dns1123_subdomain(value) -> str:
-    text = _text(value)
-    if text is None:
-        return "not a string"
-    if not text:
-        return "empty"
-    if len(text) > DNS1123_SUBDOMAIN_MAX:
-        return f"{len(text)} characters, longer than {DNS1123_SUBDOMAIN_MAX}"
-    return "" if _DNS1123_SUBDOMAIN.fullmatch(text) else "not an RFC 1123 subdomain"
+    return _name(value, _DNS1123_SUBDOMAIN, DNS1123_SUBDOMAIN_MAX, "subdomain")
 
 
 def label_value(value) -> str:
     """A label value; empty is a valid label value (callers that need a name check emptiness themselves)."""
-    text = _text(value)
-    if text is None:
+    if not isinstance(value, str):
         return "not a string"
-    if len(text) > LABEL_VALUE_MAX:
-        return f"{len(text)} characters, longer than {LABEL_VALUE_MAX}"
-    return "" if _LABEL_VALUE.fullmatch(text) else "not a valid label value"
+    if len(value) > LABEL_VALUE_MAX:
+        return f"{len(value)} characters, longer than {LABEL_VALUE_MAX}"
+    return "" if _LABEL_VALUE.fullmatch(value) else "not a valid label value"
 
 
 def label_key(value) -> str:
-    text = _text(value)
-    if text is None:
+    if not isinstance(value, str):
         return "not a string"
-    prefix, slash, name = text.rpartition("/")
+    prefix, slash, name = value.rpartition("/")
     if slash:
         if not prefix:
             return "empty prefix before '/'"

@@ -27,6 +27,9 @@ $(VENV_STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[test]'
+	# kube-accel's code imports as the collection it is (ansible_collections.kube_accel.gpu...) in this venv's Python:
+	# tests, lab scripts and kube-accel-gpucheck; .collections/ansible_collections/kube_accel/gpu links to the checkout.
+	echo "$(CURDIR)/.collections" > "$$($(BIN)/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/kube_accel_collection.pth"
 	rm -f $(VENV)/.stamp-* && touch $@
 
 $(CHECKOV_STAMP): pyproject.toml

@@ -75,8 +75,7 @@ def chart_images(helm: str, kube_version: str) -> set[str]:
 
 
 def operator_images() -> set[str]:
-    sys.path.insert(0, str(REPO / "plugins" / "filter"))
-    import accel_operator  # noqa: PLC0415 - aliases module_utils like Ansible does
+    from ansible_collections.kube_accel.gpu.plugins.filter import accel_operator  # noqa: PLC0415 - aliases module_utils like Ansible does
 
     example_mig = {"pool": "mig", "mode": "pgpu", "mig_strategy": "mixed", "mig_owner": "operator",
                    "mig_geometry": {"7g.80gb": 1}}

@@ -26,12 +26,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO / "plugins"))
-import accel_import  # noqa: E402
+from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_constants, accel_pools
 
-accel_import.install()
-from ansible.module_utils import accel_constants, accel_pools  # noqa: E402
+REPO = Path(__file__).resolve().parent.parent
 
 LAB = REPO / ".lab"
 KUBECONFIG = LAB / "kubeconfig"
@@ -163,7 +160,7 @@ def gpu_hosts(inv: dict) -> dict[str, dict]:
 def gpu_summary(snapshot: Path) -> tuple[int, str, int]:
     """(count, product name, memory MiB of the first GPU) from a recorded NVML snapshot, through the same
     facts code the nvidia_gpu_facts module runs."""
-    from ansible.module_utils import accel_gpu_facts  # noqa: PLC0415
+    from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_gpu_facts  # noqa: PLC0415
 
     facts = accel_gpu_facts.gather(accel_gpu_facts.RecordedSource.from_file(str(snapshot)))
     gpus = facts["gpus"]
@@ -355,7 +352,7 @@ def start_hami(site: Site, hosts: dict[str, dict], first: dict) -> None:
     gpus = {}
     for name, hv in hosts.items():
         if accel_pools.pool_settings(hv).get("pool") in release["pools"]:
-            from ansible.module_utils import accel_gpu_facts  # noqa: PLC0415
+            from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_gpu_facts  # noqa: PLC0415
 
             snapshot = NVML_DATA / f"{accel_pools.pool_settings(hv)['lab_gpu']}.json"
             recorded = accel_gpu_facts.gather(accel_gpu_facts.RecordedSource.from_file(str(snapshot)))["gpus"]
@@ -391,7 +388,7 @@ def start_gpu_operator(site: Site, hosts: dict[str, dict], first: dict) -> None:
     """The GPU Operator's controller, configured by the chart rendered with the values the gpu_operator role
     builds for this inventory (accel_gpu_operator_values with the role's gpu_operator_cluster inputs)."""
     import lab_upstream  # noqa: PLC0415
-    from ansible.module_utils import accel_operator_values  # noqa: PLC0415
+    from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_operator_values  # noqa: PLC0415
 
     started = time.time()
     cluster = {"image_registry": first.get("accel_image_registry") or "",

@@ -172,15 +172,11 @@ def hami_release(hosts: dict[str, dict], cluster: dict) -> dict | None:
 
 def releases(hosts: dict[str, dict], cluster: dict) -> list[dict]:
     """The releases the cluster play installs for these hosts (accel_releases: name, key, chart, values, pools)."""
-    import importlib.util  # noqa: PLC0415
+    # The cluster play's own filter.
+    from ansible_collections.kube_accel.gpu.plugins.filter import accel_pool_filters  # noqa: PLC0415
+    from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_pools  # noqa: PLC0415
 
-    from ansible.module_utils import accel_pools  # noqa: PLC0415
-
-    # The cluster play's filter (plugins/filter/accel_pools.py), loaded by path: its name is module_utils' too.
-    spec = importlib.util.spec_from_file_location("ka_filter_accel_pools", REPO / "plugins/filter/accel_pools.py")
-    filters = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(filters)
-    return filters.accel_releases(accel_pools.collect_pools(hosts), cluster)
+    return accel_pool_filters.accel_releases(accel_pools.collect_pools(hosts), cluster)
 
 
 def render(release: dict, namespace: str, kube_version: str, workdir: Path) -> list[dict]:

@@ -10,12 +10,9 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO / "plugins"))
-import accel_import  # noqa: E402
+from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_inventory import variables_markdown
 
-accel_import.install()
-from ansible.module_utils.accel_inventory import variables_markdown  # noqa: E402
+REPO = Path(__file__).resolve().parent.parent
 
 BEGIN, END = "<!-- variables-table -->", "<!-- /variables-table -->"
 

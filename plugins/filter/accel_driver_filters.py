@@ -4,15 +4,7 @@
 
 from __future__ import annotations
 
-import os
-import sys
-
-# Controller-side plugins do not see the module_utils path of ansible.cfg; install the same name resolution.
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-import accel_import  # noqa: E402
-
-accel_import.install()
-from ansible.module_utils import accel_driver  # noqa: E402
+from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_driver
 
 
 def accel_apt_moves(policy_text, packages, pin, installed_extra=None):

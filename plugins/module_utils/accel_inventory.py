@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import difflib
 
-from ansible.module_utils.accel_constants import MODES, VGPU_BACKENDS
+from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_constants import MODES, VGPU_BACKENDS
 
 
 def _var(scope, type_, description, **extra):

@@ -17,8 +17,8 @@ import copy
 from typing import Any
 
 import yaml
-from ansible.module_utils.accel_constants import LABELS
-from ansible.module_utils.accel_mig import mig_parted_config_for_hosts
+from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_constants import LABELS
+from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_mig import mig_parted_config_for_hosts
 
 OPERATOR_CHART_VERSION = "v26.7.0"
 MIG_PARTED_CONFIGMAP = "kube-accel-mig-parted-config"

@@ -25,11 +25,26 @@ import ipaddress
 import re
 from dataclasses import dataclass, field
 
-from ansible.module_utils import accel_driver as driver
-from ansible.module_utils import accel_k8s_names as names
-from ansible.module_utils.accel_constants import MIN_KUBERNETES, MODES, VCUDA_CORES_PER_GPU, VGPU_BACKENDS
-from ansible.module_utils.accel_inventory import RUNTIME_FACTS, VARIABLES, did_you_mean
-from ansible.module_utils.accel_mig import MIN_DRIVER, MODELS, driver_problems, geometry_problems, model_for_device
+from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_driver as driver
+from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_k8s_names as names
+from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_constants import (
+    MIN_KUBERNETES,
+    MODES,
+    VCUDA_CORES_PER_GPU,
+    VGPU_BACKENDS,
+)
+from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_inventory import (
+    RUNTIME_FACTS,
+    VARIABLES,
+    did_you_mean,
+)
+from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_mig import (
+    MIN_DRIVER,
+    MODELS,
+    driver_problems,
+    geometry_problems,
+    model_for_device,
+)
 
 MPS_MIN_REPLICAS = 2
 # MPS client CUDA contexts per GPU by compute capability, newest first. NVIDIA's nvidia-cuda-mps-control(1): "For

@@ -11,8 +11,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from ansible.module_utils import accel_mig
-from ansible.module_utils.accel_constants import (
+from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_mig
+from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_constants import (
     LABELS,
     NFD_OS_LABELS,
     RESOURCES,

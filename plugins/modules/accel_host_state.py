@@ -89,8 +89,8 @@ reboot_required:
 import json
 import os
 
-from ansible.module_utils.accel_host_state import compare, record, state
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_host_state import compare, record, state
 
 
 def read(path):

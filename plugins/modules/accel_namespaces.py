@@ -64,9 +64,9 @@ refused:
   elements: str
 """
 
-from ansible.module_utils.accel_kube import KUBE_ARGUMENT_SPEC, api_client
-from ansible.module_utils.accel_pod_security import namespace_manifest, plan
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_kube import KUBE_ARGUMENT_SPEC, api_client
+from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_pod_security import namespace_manifest, plan
 
 try:
     from kubernetes import client

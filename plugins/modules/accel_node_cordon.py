@@ -127,9 +127,10 @@ import json
 import os
 import traceback
 
-from ansible.module_utils.accel_kube import KUBE_ARGUMENT_SPEC, api_client
-from ansible.module_utils.accel_lease import default_holder, find_playbook_pid
-from ansible.module_utils.accel_maintenance import (
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_kube import KUBE_ARGUMENT_SPEC, api_client
+from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_lease import default_holder, find_playbook_pid
+from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_maintenance import (
     ConflictError,
     converge,
     lookup,
@@ -138,7 +139,6 @@ from ansible.module_utils.accel_maintenance import (
     planned_cordon,
     utcnow,
 )
-from ansible.module_utils.basic import AnsibleModule
 
 
 def kubeconfig_missing(module) -> str | None:

@@ -86,9 +86,15 @@ missing:
 
 import json
 
-from ansible.module_utils.accel_kube import KUBE_ARGUMENT_SPEC, api_client
-from ansible.module_utils.accel_labels import PATCH_WORKERS, diff_of, nodes_from_list, plan, send_patches
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_kube import KUBE_ARGUMENT_SPEC, api_client
+from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_labels import (
+    PATCH_WORKERS,
+    diff_of,
+    nodes_from_list,
+    plan,
+    send_patches,
+)
 
 try:
     from kubernetes import client

@@ -79,7 +79,8 @@ msg:
   type: str
 """
 
-from ansible.module_utils.accel_package_db import (
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_package_db import (
     PackageDbError,
     check_timeout,
     describe,
@@ -88,7 +89,6 @@ from ansible.module_utils.accel_package_db import (
     repair_dnf,
     wait_for_locks,
 )
-from ansible.module_utils.basic import AnsibleModule
 
 ENV = {"LC_ALL": "C", "LANGUAGE": "C", "DEBIAN_FRONTEND": "noninteractive"}
 

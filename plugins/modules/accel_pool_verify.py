@@ -113,8 +113,9 @@ fake_nodes:
 
 import time
 
-from ansible.module_utils.accel_kube import KUBE_ARGUMENT_SPEC, api_client
-from ansible.module_utils.accel_verify import (
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_kube import KUBE_ARGUMENT_SPEC, api_client
+from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_verify import (
     FAKE_NODE_ANNOTATION,
     STAND_IN,
     allocatable_problems,
@@ -124,7 +125,6 @@ from ansible.module_utils.accel_verify import (
     label_problems,
     render_table,
 )
-from ansible.module_utils.basic import AnsibleModule
 
 try:
     from kubernetes import client

@@ -142,12 +142,21 @@ diff:
 
 import traceback
 
-# Standard library only: the argument spec needs it even where PyYAML is missing.
-from ansible.module_utils.accel_lease import RUN_LOCK_ARGUMENT_SPEC, release_lock_check
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 
+# Standard library only: the argument spec needs it even where PyYAML is missing.
+from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_lease import (
+    RUN_LOCK_ARGUMENT_SPEC,
+    release_lock_check,
+)
+
 try:
-    from ansible.module_utils.accel_helm import HelmError, ensure_each_present, module_helm, release_specs
+    from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_helm import (
+        HelmError,
+        ensure_each_present,
+        module_helm,
+        release_specs,
+    )
 
     IMPORT_ERROR = None
 except ImportError:  # pyyaml missing on the host that runs helm

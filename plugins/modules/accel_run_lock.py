@@ -134,8 +134,9 @@ import os
 import sys
 import traceback
 
-from ansible.module_utils.accel_kube import KUBE_ARGUMENT_SPEC, api_client
-from ansible.module_utils.accel_lease import (
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_kube import KUBE_ARGUMENT_SPEC, api_client
+from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_lease import (
     LEASE_NAME,
     LeaseClient,
     LeaseError,
@@ -146,7 +147,6 @@ from ansible.module_utils.accel_lease import (
     release,
     spawn_renewer,
 )
-from ansible.module_utils.basic import AnsibleModule
 
 
 def main() -> None:

@@ -162,13 +162,13 @@ ansible_facts:
               fabric_state: null
 """
 
-from ansible.module_utils.accel_gpu_facts import (
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_gpu_facts import (
     HostSysfs,
     PynvmlSource,
     RecordedSource,
     gather,
 )
-from ansible.module_utils.basic import AnsibleModule
 
 
 def run_module():

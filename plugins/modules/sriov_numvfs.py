@@ -64,8 +64,8 @@ writes:
   sample: [0, 4]
 """
 
-from ansible.module_utils.accel_sysfs import SysfsError, apply_numvfs, normalize_bdf
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_sysfs import SysfsError, apply_numvfs, normalize_bdf
 
 
 def main():

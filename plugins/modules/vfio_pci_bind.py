@@ -61,7 +61,8 @@ not_bound:
   elements: str
 """
 
-from ansible.module_utils.accel_sysfs import (
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_sysfs import (
     VFIO_DRIVER,
     SysfsError,
     bind_driver,
@@ -70,7 +71,6 @@ from ansible.module_utils.accel_sysfs import (
     find_devices,
     normalize_id,
 )
-from ansible.module_utils.basic import AnsibleModule
 
 
 def main():

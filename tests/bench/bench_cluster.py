@@ -37,14 +37,10 @@ from datetime import datetime
 from pathlib import Path
 from typing import NamedTuple
 
-import yaml
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from benchlib import BIN, REPO, Row, ansible_env, log, ratio_line, run_playbook, stopwatch, write_rows  # noqa: E402
-
-sys.path.insert(0, str(REPO / "scripts"))
 import lab as labpy  # noqa: E402  (scripts/lab.py: fake nodes and module_utils imports)
-from ansible.module_utils import accel_constants, accel_gpu_facts, accel_pools  # noqa: E402
+import yaml
+from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_constants, accel_gpu_facts, accel_pools  # noqa: E402
+from benchlib import BIN, REPO, Row, ansible_env, log, ratio_line, run_playbook, stopwatch, write_rows  # noqa: E402
 
 BENCH_LAB = ["--dir", str(REPO / ".lab" / "bench"), "--name", "kube-accel-bench"]
 BENCH_SITE = labpy.Site(root=REPO / ".lab" / "bench", name="kube-accel-bench")

@@ -29,8 +29,6 @@ import tempfile
 from pathlib import Path
 
 import yaml
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 from benchlib import (  # noqa: E402
     CACHE,
     REPO,

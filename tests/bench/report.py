@@ -11,7 +11,6 @@ import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 from benchlib import OUT, REPO, Row, read_rows  # noqa: E402
 
 # Targets from issue 7, checked where the rows to compute them exist.

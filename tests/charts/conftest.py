@@ -2,14 +2,8 @@
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from chartlib import tool  # noqa: E402
+from chartlib import tool
 
 
 @pytest.fixture(scope="session")

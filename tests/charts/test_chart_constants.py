@@ -6,10 +6,9 @@ from __future__ import annotations
 import re
 import subprocess
 
-import accel_constants
-import accel_plan
 import pytest
 import yaml
+from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_constants, accel_plan
 from chartlib import CHARTS, CHARTS_DIR, NAMESPACE, REPO, SUPPORTED_KUBE_VERSIONS
 
 

@@ -13,9 +13,9 @@ import json
 import subprocess
 from pathlib import Path
 
-import accel_constants
 import pytest
 import yaml
+from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_constants
 from chartlib import CHARTS_DIR
 
 pytestmark = pytest.mark.lab

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import subprocess
 
-import accel_constants
 import yaml
+from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_constants
 from chartlib import (
     CHARTS_DIR,
     NAMESPACE,

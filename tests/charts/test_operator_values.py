@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import copy
 import json
-import sys
 
-import accel_operator_values as opv
-import accel_pools
 import jsonschema
 import pytest
 import yaml
+from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_operator_values as opv
+from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_pools
 from chartlib import REPO
 
 SCHEMA = json.loads((REPO / "schemas" / "gpu-operator-values.schema.json").read_text())
@@ -188,8 +187,7 @@ def test_generated_values_are_not_shared():
 
 
 def test_filter_plugin():
-    sys.path.insert(0, str(REPO / "plugins" / "filter"))
-    import accel_operator
+    from ansible_collections.kube_accel.gpu.plugins.filter import accel_operator
 
     filters = accel_operator.FilterModule().filters()
     values = filters["accel_gpu_operator_values"](LAB_POOLS, {"service_monitor": True})

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import accel_constants
 import yaml
+from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_constants
 from chartlib import VALUES_DIR, container, env, host_paths, mounts, one, pod_spec, render, rules, selected_pools
 
 POOL = accel_constants.LABELS["pool"]

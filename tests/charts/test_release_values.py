@@ -3,10 +3,9 @@ accepted by the charts, and the rendered DaemonSets select exactly the inventory
 
 from __future__ import annotations
 
-import accel_constants
-import accel_pools
 import pytest
 import yaml
+from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_constants, accel_pools
 from chartlib import REPO, one, pod_spec, render, selected_pools
 
 

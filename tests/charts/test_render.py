@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import subprocess
 
-import accel_constants
 import kubernetes_validate
 import pytest
 import yaml
+from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_constants
 from chartlib import (
     CHARTS,
     CHARTS_DIR,

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import accel_constants
 import pytest
 import yaml
+from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_constants
 from chartlib import (
     VALUES_DIR,
     by_kind,

@@ -2,11 +2,5 @@
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
-HERE = Path(__file__).resolve().parent
-# upstream.py (this folder) and chartlib.py (the chart suite's render helpers) as plain imports.
-for _path in (HERE, HERE.parent / "charts"):
-    if str(_path) not in sys.path:
-        sys.path.insert(0, str(_path))
+# upstream.py (this folder) and chartlib.py (the chart suite's render helpers) import as plain modules: pytest's
+# pythonpath (pyproject.toml) names both folders.

@@ -12,10 +12,9 @@ import json
 import re
 from pathlib import Path
 
-import accel_constants
-import accel_operator_values
 import upstream
 import yaml
+from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_constants, accel_operator_values
 from chartlib import REPO, render
 
 CHART = "monitoring"

@@ -13,14 +13,12 @@ import json
 import re
 from pathlib import Path
 
-import accel_constants
-import accel_mig
-import accel_plan
-import accel_pools
 import jinja2
 import pytest
 import upstream
 import yaml
+from ansible_collections.kube_accel.gpu.plugins.filter import accel_pool_filters
+from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_constants, accel_mig, accel_plan, accel_pools
 from chartlib import REPO, containers, one, pod_spec, render, rules, values_files
 
 NODE = "conformance-node"
@@ -121,18 +119,8 @@ def _cases():
 
 
 def _releases(inventory: str) -> list[dict]:
-    filt = _filter_module()
-    return filt.accel_releases(accel_pools.collect_pools(_inventory_hosts(inventory)), _play_cluster(inventory))
-
-
-def _filter_module():
-    import importlib.util  # noqa: PLC0415
-
-    spec = importlib.util.spec_from_file_location("ka_filter_accel_pools", REPO / "plugins" / "filter" /
-                                                  "accel_pools.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    pools = accel_pools.collect_pools(_inventory_hosts(inventory))
+    return accel_pool_filters.accel_releases(pools, _play_cluster(inventory))
 
 
 CASES = _cases()

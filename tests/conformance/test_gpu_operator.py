@@ -15,14 +15,12 @@ import tempfile
 from functools import cache
 from pathlib import Path
 
-import accel_constants
-import accel_labels
-import accel_operator_values as opv
-import accel_pools
 import jsonschema
 import pytest
 import upstream
 import yaml
+from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_constants, accel_labels, accel_pools
+from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_operator_values as opv
 from chartlib import REPO, tool
 from test_operator_values import LAB_POOLS, MIG_POOL  # the inputs the existing operator tests use
 
@@ -483,16 +481,16 @@ def test_cluster_play_checks_pod_security_before_installing():
     """Issue 20.5: the namespace check runs in pre_tasks (before pool_labels, pool_charts, gpu_operator) and
     covers both namespaces the play installs into; the operator role labels its namespace before helm."""
     (play,) = yaml.safe_load((REPO / "ansible" / "cluster.yml").read_text())
-    (task,) = [t for t in play["pre_tasks"] if "accel_namespaces" in t]
-    spec = task["accel_namespaces"]
+    (task,) = [t for t in play["pre_tasks"] if "kube_accel.gpu.accel_namespaces" in t]
+    spec = task["kube_accel.gpu.accel_namespaces"]
     assert "cluster_charts_namespace" in spec["namespaces"] and "cluster_operator_namespace" in spec["namespaces"]
-    roles = {r["role"]: r.get("vars", {}) for r in play["roles"]}
+    roles = {r["role"].removeprefix("kube_accel.gpu."): r.get("vars", {}) for r in play["roles"]}
     assert roles["pool_charts"]["pool_charts_namespace"] == "{{ cluster_charts_namespace }}"
     assert roles["gpu_operator"]["gpu_operator_namespace"] == "{{ cluster_operator_namespace }}"
     tasks = yaml.safe_load((REPO / "roles" / "gpu_operator" / "tasks" / "main.yml").read_text())
     (block,) = [t for t in tasks if "block" in t and t["name"] == "Install the GPU Operator"]
     names = [next(k for k in t if k not in ("name", "when")) for t in block["block"]]
-    assert names.index("accel_namespaces") < names.index("accel_release")
+    assert names.index("kube_accel.gpu.accel_namespaces") < names.index("kube_accel.gpu.accel_release")
 
 
 def test_redhat_toolkit_repository_checks_signatures():

@@ -9,10 +9,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import accel_k8s_names as names
 import pytest
 import upstream
 import yaml
+from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_k8s_names as names
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -13,13 +13,15 @@ import json
 import re
 from pathlib import Path
 
-import accel_constants
-import accel_labels
-import accel_mig
-import accel_pools
 import pytest
 import upstream
 import yaml
+from ansible_collections.kube_accel.gpu.plugins.module_utils import (
+    accel_constants,
+    accel_labels,
+    accel_mig,
+    accel_pools,
+)
 from chartlib import REPO, pod_spec
 from test_device_plugin import _inventory_hosts, _releases, rendered
 
@@ -75,7 +77,7 @@ def test_plus_me_profiles_are_in_the_set_checked():
 
 @pytest.mark.parametrize("inventory", ["lab", "example"])
 def test_operator_document_of_the_inventory(inventory, tmp_path):
-    import accel_operator_values  # noqa: PLC0415
+    from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_operator_values  # noqa: PLC0415
 
     pools = accel_pools.collect_pools(_inventory_hosts(inventory))
     document = accel_operator_values.mig_parted_document(pools)

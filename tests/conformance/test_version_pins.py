@@ -13,10 +13,10 @@ import os
 import re
 from pathlib import Path
 
-import accel_operator_values as opv
 import pytest
 import upstream
 import yaml
+from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_operator_values as opv
 from chartlib import CHARTS_DIR, REPO
 
 ARCHIVE_ENTRY = re.compile(r'^\s*"([^"|]+)\|([^"|]+)\|([^"|]+)\|[^"]*"\s*$', re.M)

@@ -18,11 +18,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import accel_gpu_facts
-import accel_pools
 import pytest
 import upstream
 import yaml
+from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_gpu_facts, accel_pools
 from chartlib import one
 from vgpu_cases import render_case
 

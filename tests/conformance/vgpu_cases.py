@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import accel_pools
 import pytest
 import yaml
+from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_pools
 from chartlib import VALUES_DIR, release_name, render
 from test_release_values import releases
 

@@ -18,7 +18,7 @@ ENFORCE = "pod-security.kubernetes.io/enforce"
 
 def run(lab, tmp_path: Path, namespaces: dict, *, check_only=(), check=False):
     book = [{"name": "accel_namespaces", "hosts": "localhost", "connection": "local", "gather_facts": False,
-             "tasks": [{"name": "namespaces", "accel_namespaces": {
+             "tasks": [{"name": "namespaces", "kube_accel.gpu.accel_namespaces": {
                  "kubeconfig": str(lab.kubeconfig), "namespaces": namespaces, "check_only": list(check_only)}}]}]
     proc = run_localhost_playbook(book, tmp_path / f"ns-{uuid.uuid4().hex[:6]}.yml", "--diff",
                                   *(["--check"] if check else []),

@@ -33,7 +33,7 @@ def playbook(lab, args: dict, tmp_path: Path, *, check=False, diff=False, json_o
             "hosts": "localhost",
             "connection": "local",
             "gather_facts": False,
-            "tasks": [{"name": "release", "accel_release": {"kubeconfig": str(lab.kubeconfig), **args}}],
+            "tasks": [{"name": "release", "kube_accel.gpu.accel_release": {"kubeconfig": str(lab.kubeconfig), **args}}],
         }
     ]
     env = {"ANSIBLE_STDOUT_CALLBACK": "ansible.posix.json"} if json_output else None

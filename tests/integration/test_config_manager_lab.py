@@ -13,7 +13,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -22,7 +21,6 @@ import pytest
 pytestmark = pytest.mark.lab
 
 REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "tests" / "conformance"))
 import upstream  # noqa: E402
 
 NODE = "lab-config-manager-0"  # a node of its own: the pools' labels stay the cluster play's

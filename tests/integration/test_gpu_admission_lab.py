@@ -15,7 +15,6 @@ import functools
 import json
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -25,7 +24,6 @@ from lab_fixture import wait_for
 pytestmark = pytest.mark.lab
 
 REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "tests" / "conformance"))
 import upstream  # noqa: E402
 
 NS = "gpu-admission-lab-test"

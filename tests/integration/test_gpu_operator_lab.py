@@ -21,9 +21,9 @@ import sys
 import time
 from pathlib import Path
 
-import accel_operator_values as opv
-import accel_pools
 import pytest
+from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_operator_values as opv
+from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_pools
 from lab_fixture import wait_for
 
 pytestmark = pytest.mark.lab

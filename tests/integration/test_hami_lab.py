@@ -27,7 +27,6 @@ from lab_fixture import wait_for
 pytestmark = pytest.mark.lab
 
 REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "tests" / "conformance"))
 import upstream  # noqa: E402
 
 INFO = REPO / ".lab" / "hami" / "info.json"
@@ -78,7 +77,7 @@ def device_config(lab, info) -> str:
 
 
 def snapshot_gpus(host: str) -> list[dict]:
-    from ansible.module_utils import accel_gpu_facts, accel_pools  # noqa: PLC0415
+    from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_gpu_facts, accel_pools  # noqa: PLC0415
     from lab import gpu_hosts, inventory  # scripts/lab.py
 
     settings = accel_pools.pool_settings(gpu_hosts(inventory())[host])

@@ -8,14 +8,12 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
 REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "tests" / "bench"))
 import bench_hosts  # noqa: E402
 from benchlib import ansible_env, run_playbook  # noqa: E402
 

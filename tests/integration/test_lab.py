@@ -6,8 +6,8 @@ from __future__ import annotations
 import subprocess
 import time
 
-import accel_constants
 import pytest
+from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_constants
 from kubernetes import client, config
 
 pytestmark = pytest.mark.lab

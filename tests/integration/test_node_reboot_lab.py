@@ -31,7 +31,7 @@ def run_step(lab, step: str, tmp_path: Path) -> subprocess.CompletedProcess:
             "tasks": [
                 {
                     "name": f"Include node_reboot {step}",
-                    "ansible.builtin.include_role": {"name": "node_reboot", "tasks_from": step},
+                    "ansible.builtin.include_role": {"name": "kube_accel.gpu.node_reboot", "tasks_from": step},
                     "vars": {
                         "node_reboot_node_name": NODE,
                         "node_reboot_kubeconfig": str(lab.kubeconfig),

@@ -36,7 +36,7 @@ from lab_fixture import REPO
 
 pytestmark = pytest.mark.lab
 
-import accel_constants  # noqa: E402
+from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_constants  # noqa: E402
 
 CORDONED_BY = accel_constants.ANNOTATIONS["cordoned_by"]
 LAST = accel_constants.ANNOTATIONS["last_maintenance"]

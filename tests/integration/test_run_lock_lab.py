@@ -175,7 +175,7 @@ def lock_book(lab, path: Path, *, hold_until: Path | None = None, **args) -> Pat
     """A play that takes the run lock, writes its result to a file, and (optionally) waits for a file."""
     tasks = [
         {"name": "lock", "register": "lock",
-         "accel_run_lock": {"kubeconfig": str(lab.kubeconfig), "namespace": LOCK_NS, **args}},
+         "kube_accel.gpu.accel_run_lock": {"kubeconfig": str(lab.kubeconfig), "namespace": LOCK_NS, **args}},
         {"name": "result", "ansible.builtin.copy": {"content": "{{ lock | to_json }}", "dest": f"{path}.json"}},
     ]
     if hold_until:

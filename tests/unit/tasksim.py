@@ -12,7 +12,7 @@ import types
 
 import jinja2
 import yaml
-from accel_driver_filters import FilterModule
+from ansible_collections.kube_accel.gpu.plugins.filter.accel_driver_filters import FilterModule
 
 OMIT = "__omit__"
 
@@ -21,7 +21,7 @@ def environment() -> jinja2.Environment:
     # Ansible renders lazy sequences (map, select) as lists and keeps a template's trailing newline.
     env = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True,
                              finalize=lambda v: list(v) if isinstance(v, types.GeneratorType) else v)
-    env.filters.update(FilterModule().filters())
+    env.filters.update({f"kube_accel.gpu.{name}": f for name, f in FilterModule().filters().items()})
     env.filters["b64decode"] = lambda v: base64.b64decode(v).decode()
     env.filters["bool"] = lambda v: v if isinstance(v, bool) else str(v).lower() in ("true", "yes", "1", "on")
     # Ansible's own filters and tests these task files use.

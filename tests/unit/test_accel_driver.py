@@ -7,9 +7,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from accel_driver_filters import FilterModule
-from ansible.module_utils import accel_driver as drv
-from ansible.module_utils import accel_gpu_facts
+from ansible_collections.kube_accel.gpu.plugins.filter.accel_driver_filters import FilterModule
+from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_driver as drv
+from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_gpu_facts
 
 SNAPSHOTS = Path(__file__).resolve().parents[2] / "tests" / "data" / "nvml"
 

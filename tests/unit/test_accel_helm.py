@@ -11,9 +11,9 @@ import threading
 import time
 from pathlib import Path
 
-import accel_helm as ah
 import pytest
 import yaml
+from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_helm as ah
 
 TINY = Path(__file__).resolve().parents[1] / "data" / "charts" / "tiny"
 

@@ -5,7 +5,13 @@ from __future__ import annotations
 import threading
 import time
 
-from ansible.module_utils.accel_labels import diff_of, node_patch, nodes_from_list, plan, send_patches
+from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_labels import (
+    diff_of,
+    node_patch,
+    nodes_from_list,
+    plan,
+    send_patches,
+)
 
 MANAGED = {"kube-accel.io/pool", "kube-accel.io/mode", "nvidia.com/mps.capable"}
 TAINT = {"kube-accel.io/pool"}

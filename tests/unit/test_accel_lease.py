@@ -8,8 +8,8 @@ import json
 import os
 from datetime import UTC, datetime, timedelta
 
-import accel_lease as al
 import pytest
+from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_lease as al
 
 NOW = datetime(2026, 11, 23, 12, 0, 0, tzinfo=UTC)
 OURS = "ops@ctl-1 pid 100 started 2026-11-23T11:59:00Z"

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import json
 
-import accel_constants
-import accel_maintenance as am
 import pytest
+from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_constants
+from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_maintenance as am
 
 NOW = "2026-11-23T12:00:00Z"
 OURS = "ops@ctl-1 pid 100 started 2026-11-23T11:59:00Z"

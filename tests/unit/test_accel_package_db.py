@@ -15,8 +15,8 @@ import sys
 import textwrap
 from pathlib import Path
 
-import accel_package_db as pdb
 import pytest
+from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_package_db as pdb
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "package_db"
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ansible.module_utils import accel_pools as ap
+from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_pools as ap
 
 
 def s(**kw):

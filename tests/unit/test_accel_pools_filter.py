@@ -1,17 +1,11 @@
-"""The pool filters of plugins/filter/accel_pools.py on plain hostvars (Ansible's HostVars is a Mapping too)."""
+"""The pool filters of plugins/filter/accel_pool_filters.py on plain hostvars (Ansible's HostVars is a Mapping too)."""
 
 from __future__ import annotations
 
-import importlib.util
 from collections.abc import Mapping
-from pathlib import Path
 
-from ansible.module_utils import accel_pools as ap
-
-spec = importlib.util.spec_from_file_location(
-    "accel_pools_filter", Path(__file__).resolve().parents[2] / "plugins" / "filter" / "accel_pools.py")
-filters = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(filters)
+from ansible_collections.kube_accel.gpu.plugins.filter import accel_pool_filters as filters
+from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_pools as ap
 
 
 class Recording(Mapping):

@@ -11,12 +11,11 @@ import json
 import os
 from pathlib import Path
 
-import accel_sysfs
 import pytest
-import sriov_numvfs
-import vfio_pci_bind
-from accel_sysfs import SysfsError
 from ansible.module_utils.testing import patch_module_args
+from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_sysfs
+from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_sysfs import SysfsError
+from ansible_collections.kube_accel.gpu.plugins.modules import sriov_numvfs, vfio_pci_bind
 
 GPU = "0000:3b:00.0"
 AUDIO = "0000:3b:00.1"
@@ -243,8 +242,8 @@ def test_vfio_module_reports_kernel_refusal(sysfs, capsys):
 
 
 def test_pci_filters():
-    import accel_pci
     from ansible.errors import AnsibleFilterError
+    from ansible_collections.kube_accel.gpu.plugins.filter import accel_pci
 
     assert accel_pci.accel_pci_bdf("00000000:3B:00.0") == GPU
     assert accel_pci.accel_pci_id("10DE:20B5") == "10de:20b5"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ansible.module_utils import accel_verify as av
+from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_verify as av
 
 
 def test_label_and_allocatable_problems_name_node_key_and_values():

@@ -24,9 +24,12 @@ import yaml
 REPO = Path(__file__).resolve().parents[2]
 DOC = REPO / "docs" / "architecture.md"
 BEGIN, END = "<!-- architecture-graph -->", "<!-- /architecture-graph -->"
+# kube-accel's own names are the collection's FQCNs (galaxy.yml): kube_accel.gpu.<role|module|filter>.
+_GALAXY = yaml.safe_load((REPO / "galaxy.yml").read_text())
+PREFIX = f"{_GALAXY['namespace']}.{_GALAXY['name']}."
 # A filter applied with "| name", or passed by name to map().
-FILTER_USE = re.compile(r"\|\s*([A-Za-z_]\w*)")
-FILTER_MAPPED = re.compile(r"\bmap\(\s*['\"]([A-Za-z_]\w*)['\"]")
+FILTER_USE = re.compile(rf"\|\s*{re.escape(PREFIX)}([A-Za-z_]\w*)")
+FILTER_MAPPED = re.compile(rf"\bmap\(\s*['\"]{re.escape(PREFIX)}([A-Za-z_]\w*)['\"]")
 TASK_LISTS = ("tasks", "pre_tasks", "post_tasks", "handlers", "block", "rescue", "always")
 ROLE_CALLS = {f"{p}{a}" for p in ("", "ansible.builtin.") for a in ("include_role", "import_role")}
 TASK_FILES = {f"{p}{a}" for p in ("", "ansible.builtin.") for a in ("include_tasks", "import_tasks")}
@@ -37,8 +40,7 @@ KINDS = {"play": "Playbooks (ansible/)", "role": "Roles (roles/)", "mod": "Custo
 
 
 def custom_modules() -> set[str]:
-    return {p.stem for p in (REPO / "plugins" / "modules").glob("*.py")} | {
-        p.stem for p in REPO.glob("roles/*/library/*.py")}
+    return {p.stem for p in (REPO / "plugins" / "modules").glob("*.py")}
 
 
 def filter_files() -> dict[str, str]:
@@ -55,7 +57,7 @@ def filter_files() -> dict[str, str]:
 
 def pool_charts() -> set[str]:
     """Every chart the accel_releases filter can pick: accel_pools.chart_for of the release key of every mode."""
-    from ansible.module_utils import accel_constants, accel_pools  # noqa: PLC0415
+    from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_constants, accel_pools  # noqa: PLC0415
 
     keys = set()
     for mode in accel_constants.MODES:
@@ -86,14 +88,19 @@ def _chart_args(args) -> list[str]:
     return []
 
 
+def _role(name: str) -> str | None:
+    """Graph node of a role call; only the collection's own roles (by FQCN) are kube-accel's."""
+    return f"role:{name.removeprefix(PREFIX)}" if name.startswith(PREFIX) else None
+
+
 class Graph:
     def __init__(self):
         self.modules, self.filters = custom_modules(), filter_files()
         self.charts = {p.parent.name for p in (REPO / "charts").glob("*/Chart.yaml")}
         self.edges: set[tuple[str, str]] = set()
 
-    def add(self, src: str, dst: str) -> None:
-        if src != dst:
+    def add(self, src: str, dst: str | None) -> None:
+        if dst and src != dst:
             self.edges.add((src, dst))
 
     def uses_filters(self, src: str, data) -> None:
@@ -110,14 +117,14 @@ class Graph:
                 self.tasks(src, task.get(key), base, seen)
             for key, args in task.items():
                 if key in ROLE_CALLS:
-                    self.add(src, f"role:{args['name']}")
+                    self.add(src, _role(args["name"]))
                 elif key in TASK_FILES:
                     path = (base / (args["file"] if isinstance(args, dict) else args)).resolve()
                     if path not in seen and path.exists():
                         seen.add(path)
                         self.tasks(src, yaml.safe_load(path.read_text()), path.parent, seen)
-                elif key.rsplit(".", 1)[-1] in self.modules:
-                    module = key.rsplit(".", 1)[-1]
+                elif key.startswith(PREFIX) and key.removeprefix(PREFIX) in self.modules:
+                    module = key.removeprefix(PREFIX)
                     self.add(src, f"mod:{module}")
                     if module in ("accel_release", "accel_releases"):
                         for chart in _chart_args(args):
@@ -131,7 +138,7 @@ class Graph:
             for key in PLAY_IMPORTS & set(play):
                 self.add(src, f"play:{Path(play[key]).name}")
             for role in play.get("roles") or []:
-                self.add(src, f"role:{role['role'] if isinstance(role, dict) else role}")
+                self.add(src, _role(role["role"] if isinstance(role, dict) else role))
             for key in ("pre_tasks", "tasks", "post_tasks", "handlers"):
                 self.tasks(src, play.get(key), path.parent, set())
             self.uses_filters(src, {k: v for k, v in play.items() if k not in ("pre_tasks", "tasks", "post_tasks",
@@ -142,7 +149,7 @@ class Graph:
         meta = yaml.safe_load((path / "meta" / "main.yml").read_text()) if (path / "meta" / "main.yml").exists() \
             else {}
         for dep in (meta or {}).get("dependencies") or []:
-            self.add(src, f"role:{dep['role'] if isinstance(dep, dict) else dep}")
+            self.add(src, _role(dep["role"] if isinstance(dep, dict) else dep))
         for folder in ("tasks", "handlers"):
             for file in sorted((path / folder).glob("*.yml")):
                 self.tasks(src, yaml.safe_load(file.read_text()), file.parent, set())
@@ -159,7 +166,7 @@ class Graph:
 
     @staticmethod
     def _uses(path: Path, name: str) -> bool:
-        return any(re.search(rf"\|\s*{name}\b", f.read_text()) for f in path.glob("**/*.yml"))
+        return any(re.search(rf"\|\s*{re.escape(PREFIX + name)}\b", f.read_text()) for f in path.glob("**/*.yml"))
 
 
 def code_graph() -> set[tuple[str, str]]:
@@ -261,9 +268,6 @@ def write() -> None:
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, str(REPO / "tests"))
-    import conftest  # noqa: F401  (module_utils importable as Ansible imports them)
-
     if sys.argv[1:] == ["--write"]:
         write()
     else:

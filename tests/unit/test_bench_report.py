@@ -4,10 +4,6 @@ The benchmarks themselves are scripts run by `make bench`, never timed tests."""
 from __future__ import annotations
 
 import os
-import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 
 import benchlib  # noqa: E402
 import report  # noqa: E402

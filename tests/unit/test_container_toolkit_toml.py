@@ -24,7 +24,7 @@ def installs_before_module(family: str, major: int, minor: int) -> list[str]:
                  "ansible_facts": {"os_family": family, "python": {"version": {"major": major, "minor": minor}}}}
     installed = []
     for task in TASKS:
-        if "containerd_nvidia_dropin" in task:
+        if "kube_accel.gpu.containerd_nvidia_dropin" in task:
             return installed
         when = task.get("when", True)
         whens = when if isinstance(when, list) else [when]

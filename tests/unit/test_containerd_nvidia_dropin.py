@@ -10,16 +10,12 @@ from pathlib import Path
 
 import pytest
 from ansible.module_utils.testing import patch_module_args
-
-LIBRARY = Path(__file__).resolve().parents[2] / "roles" / "container_toolkit" / "library"
-sys.path.insert(0, str(LIBRARY))
-import containerd_nvidia_dropin as mod  # noqa: E402
+from ansible_collections.kube_accel.gpu.plugins.modules import containerd_nvidia_dropin as mod
 
 FAKE = r'''#!{python}
 import copy, glob, sys
-sys.path.insert(0, {library!r})
 import tomllib
-from containerd_nvidia_dropin import dumps
+from ansible_collections.kube_accel.gpu.plugins.modules.containerd_nvidia_dropin import dumps
 MAJOR = {major}
 if sys.argv[1] == "--version":
     print(f"containerd github.com/containerd/containerd {{'v2.1.4' if MAJOR == 2 else 'v1.7.27'}} abc")
@@ -62,7 +58,7 @@ TOKEN = "dG9rZW4tdmFsdWU="
 
 def fake_containerd(tmp_path: Path, major: int) -> str:
     path = tmp_path / f"containerd{major}"
-    path.write_text(FAKE.format(python=sys.executable, library=str(LIBRARY), major=major))
+    path.write_text(FAKE.format(python=sys.executable, major=major))
     path.chmod(0o755)
     return str(path)
 

@@ -18,7 +18,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from ansible.module_utils import accel_gpu_facts as facts
+from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_gpu_facts as facts
 
 REPO = Path(__file__).resolve().parents[2]
 SNAPSHOTS = REPO / "tests" / "data" / "nvml"
@@ -305,7 +305,7 @@ def _run_module(*args):
     env = dict(os.environ, ANSIBLE_LOAD_CALLBACK_PLUGINS="1", ANSIBLE_STDOUT_CALLBACK="ansible.posix.json",
                ANSIBLE_PYTHON_INTERPRETER=sys.executable)
     proc = subprocess.run(
-        [str(Path(sys.executable).parent / "ansible"), "localhost", "-m", "nvidia_gpu_facts", *args],
+        [str(Path(sys.executable).parent / "ansible"), "localhost", "-m", "kube_accel.gpu.nvidia_gpu_facts", *args],
         cwd=REPO, env=env, capture_output=True, text=True, timeout=120, check=False,
     )
     out = json.loads(proc.stdout)

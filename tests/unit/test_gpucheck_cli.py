@@ -5,16 +5,11 @@ test_gpucheck_facts.py; the fake NVML objects stand in for a driver that is abse
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
 
-SRC = Path(__file__).resolve().parents[2] / "src"
-if str(SRC) not in sys.path:
-    sys.path.insert(0, str(SRC))
-
-from kube_accel.gpucheck import NO_GPU_REASON, cli, smi  # noqa: E402
+from kube_accel.gpucheck import NO_GPU_REASON, cli, facts, smi
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "gpucheck"
 XML = DATA / "nvidia-smi-q-x.composed.xml"
@@ -122,10 +117,14 @@ def test_offline_facts_comparison_fails_on_a_mismatch(tmp_path, capsys):
     assert "| 1 | compute_mode | default | exclusive_process | mismatch |" in capsys.readouterr().out
 
 
-def test_facts_without_module_is_skipped_and_says_where_it_looked(tmp_path, capsys):
-    rc = cli.main(["facts", "--nvidia-smi", NO_SMI, "--smi-xml", str(XML), "--repo", str(tmp_path)])
-    assert rc == cli.EXIT_SKIPPED
-    assert f"facts module not found under {tmp_path}/plugins/module_utils" in capsys.readouterr().out
+def test_facts_come_from_the_collections_facts_code(tmp_path, capsys):
+    # No --facts-json: the facts module's own gathering runs. This machine has no NVML, so the module reports no GPU
+    # and the saved XML's two GPUs are missing from the facts: a failure that names the module as its source.
+    rc = cli.main(["facts", "--nvidia-smi", NO_SMI, "--smi-xml", str(XML), "--json"])
+    result = json.loads(capsys.readouterr().out)["facts"]
+    assert rc == cli.EXIT_FAIL
+    assert result["source"] == "kube_accel.gpu accel_gpu_facts.gather_facts()"
+    assert {f["status"] for f in result["findings"] if f["field"] == "gpu"} == {"gpu_missing"}
 
 
 def test_client_env_selects_the_gpu_by_uuid():
@@ -187,11 +186,13 @@ def test_console_script_is_declared():
     assert 'kube-accel-gpucheck = "kube_accel.gpucheck.cli:main"' in pyproject
 
 
-def test_a_failing_section_is_reported_and_does_not_hide_the_others(tmp_path, capsys):
-    mu = tmp_path / "plugins" / "module_utils"
-    mu.mkdir(parents=True)
-    (mu / "accel_gpu_facts.py").write_text("def gather_facts():\n    raise OSError('NVML went away')\n")
-    rc = cli.main(["all", "--nvidia-smi", NO_SMI, "--smi-xml", str(XML), "--repo", str(tmp_path), "--json"])
+def test_a_failing_section_is_reported_and_does_not_hide_the_others(monkeypatch, capsys):
+    def nvml_gone():
+        raise OSError("NVML went away")
+
+    # The edge: NVML failing under the facts code.
+    monkeypatch.setattr(facts.accel_gpu_facts, "gather_facts", nvml_gone)
+    rc = cli.main(["all", "--nvidia-smi", NO_SMI, "--smi-xml", str(XML), "--json"])
     result = json.loads(capsys.readouterr().out)
     assert rc == cli.EXIT_FAIL
     assert result["facts"] == {"ok": False, "error": "OSError: NVML went away"}

@@ -9,17 +9,11 @@ from __future__ import annotations
 
 import copy
 import json
-import sys
-import textwrap
 from pathlib import Path
 
 import pytest
 
-SRC = Path(__file__).resolve().parents[2] / "src"
-if str(SRC) not in sys.path:
-    sys.path.insert(0, str(SRC))
-
-from kube_accel.gpucheck import facts, smi  # noqa: E402
+from kube_accel.gpucheck import facts, smi
 
 XML = (Path(__file__).resolve().parents[1] / "data" / "gpucheck" / "nvidia-smi-q-x.composed.xml").read_text()
 
@@ -184,71 +178,6 @@ def test_unwrap_accepts_module_ansible_and_bare_shapes(tmp_path):
         facts.unwrap_facts({"something": 1})
 
 
-def _fake_repo(tmp_path: Path, body: str) -> Path:
-    mu = tmp_path / "plugins" / "module_utils"
-    mu.mkdir(parents=True)
-    (mu / "accel_gpu_facts.py").write_text(textwrap.dedent(body))
-    return tmp_path
-
-
-@pytest.fixture
-def isolated_imports(monkeypatch):
-    """Undo the imports and ansible.module_utils aliases the loader makes for the fake repo."""
-    monkeypatch.setattr(sys, "path", list(sys.path))
-    before = set(sys.modules)
-    yield
-    for name in set(sys.modules) - before:
-        del sys.modules[name]
-        if name.startswith("ansible.module_utils."):
-            import ansible.module_utils as amu
-
-            if hasattr(amu, name.rsplit(".", 1)[1]):
-                delattr(amu, name.rsplit(".", 1)[1])
-
-
-def test_facts_module_is_loaded_by_path_and_called(tmp_path, isolated_imports):
-    repo = _fake_repo(
-        tmp_path,
-        f"""
-        def gather_facts(nvml=None):
-            return {{"nvidia_gpus": {FACTS!r}}}
-    """,
-    )
-    module = facts.load_facts_module(repo)
-    assert Path(module.__file__).resolve() == (repo / "plugins/module_utils/accel_gpu_facts.py").resolve()
-    data = facts.unwrap_facts(facts.facts_entry_point(module)())
-    assert facts.compare_facts(data, smi.parse_smi_xml(XML))["ok"]
-    with pytest.raises(LookupError, match="nope"):
-        facts.facts_entry_point(module, "nope")
-
-
-def test_missing_facts_module_returns_none(tmp_path):
-    assert facts.load_facts_module(tmp_path) is None
-
-
-def test_default_repo_is_this_checkout():
-    assert (facts.default_repo() / "src" / "kube_accel" / "gpucheck" / "facts.py").is_file()
-
-
-def test_siblings_importing_each_other_through_ansible_names_are_aliased(tmp_path, isolated_imports):
-    # a imports b through the Ansible name and is listed first, so one aliasing pass is not enough.
-    repo = _fake_repo(
-        tmp_path,
-        """
-        from ansible.module_utils.zz_kagc_a import VALUE
-
-        def gather_facts():
-            return {"count": VALUE, "gpus": []}
-        """,
-    )
-    mu = repo / "plugins" / "module_utils"
-    (mu / "zz_kagc_a.py").write_text("from ansible.module_utils.zz_kagc_b import VALUE\n")
-    (mu / "zz_kagc_b.py").write_text("VALUE = 0\n")
-    module = facts.load_facts_module(repo)
-    assert facts.facts_entry_point(module)() == {"count": 0, "gpus": []}
-    assert str(mu) not in sys.path  # the loader leaves sys.path as it found it
-
-
 def test_not_supported_settings_match_across_spellings():
     smi_side = {
         "count": 0,
@@ -291,13 +220,11 @@ def _smi_xml_for_snapshot(snapshot: dict) -> str:
 
 
 @pytest.mark.parametrize("snapshot", ["h100-80gb", "a100-80gb-mig", "t4", "dual-socket-a100x8"])
-def test_real_facts_module_output_compares_clean_with_nvidia_smi_spelling(snapshot, isolated_imports):
+def test_real_facts_module_output_compares_clean_with_nvidia_smi_spelling(snapshot):
     """Interop with plugins/module_utils/accel_gpu_facts.py as it is: its real output format (bools,
     "Default", sysfs-style bus ids, "12.4") must compare equal to nvidia-smi's spelling of the same host.
     The snapshots in tests/data/nvml are the facts module's own (composed) device data."""
-    module = facts.load_facts_module()
-    if module is None:
-        pytest.skip("plugins/module_utils/accel_gpu_facts.py not in this checkout")
+    module = facts.accel_gpu_facts
     path = Path(__file__).resolve().parents[1] / "data" / "nvml" / f"{snapshot}.json"
     source = module.RecordedSource.from_file(str(path))
     gathered = facts.unwrap_facts(module.gather(source))

@@ -23,11 +23,7 @@ from pathlib import Path
 
 import pytest
 
-SRC = Path(__file__).resolve().parents[2] / "src"
-if str(SRC) not in sys.path:
-    sys.path.insert(0, str(SRC))
-
-from kube_accel.gpucheck import checks, clients, mps, procs  # noqa: E402
+from kube_accel.gpucheck import checks, clients, mps, procs
 
 FAKE_CONTROL = r"""
 import os, signal, socket, subprocess, sys, time
@@ -335,7 +331,6 @@ def test_failed_start_raises_and_removes_private_dirs(control, monkeypatch):
 def test_sigterm_to_the_tool_still_quits_the_daemon(control, tmp_path):
     code = textwrap.dedent(f"""
         import json, os, sys, time
-        sys.path.insert(0, {str(SRC)!r})
         from kube_accel.gpucheck import mps
         mps.install_signal_handlers()
         with mps.MpsDaemon(control={control!r}, quit_timeout=5) as d:

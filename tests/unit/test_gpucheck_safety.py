@@ -8,12 +8,9 @@ from __future__ import annotations
 
 import ast
 import re
-import sys
 from pathlib import Path
 
 SRC = Path(__file__).resolve().parents[2] / "src"
-if str(SRC) not in sys.path:
-    sys.path.insert(0, str(SRC))
 
 from kube_accel.gpucheck import smi  # noqa: E402
 

@@ -4,15 +4,10 @@ from __future__ import annotations
 
 import json
 import sys
-from pathlib import Path
 
 import pytest
 
-SRC = Path(__file__).resolve().parents[2] / "src"
-if str(SRC) not in sys.path:
-    sys.path.insert(0, str(SRC))
-
-from kube_accel.gpucheck import report, stats  # noqa: E402
+from kube_accel.gpucheck import report, stats
 
 
 @pytest.mark.parametrize(

@@ -7,16 +7,11 @@ import io
 import json
 import signal
 import sys
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
-SRC = Path(__file__).resolve().parents[2] / "src"
-if str(SRC) not in sys.path:
-    sys.path.insert(0, str(SRC))
-
-from kube_accel.gpucheck import workload  # noqa: E402
+from kube_accel.gpucheck import workload
 
 
 class OutOfMemory(Exception):

@@ -1,5 +1,5 @@
 """Host-side code runs on the hosts' own Python: Ubuntu 22.04 has 3.10, RHEL 9 has 3.9. Every module that runs on
-a host (plugins/modules, the module_utils they import, roles/*/library) must parse as Python 3.9 and use nothing at
+a host (plugins/modules and the module_utils they import) must parse as Python 3.9 and use nothing at
 run time that 3.9 lacks. ``from __future__ import annotations`` makes annotations strings, so new syntax there is
 fine; the checks below look at code that is evaluated."""
 
@@ -14,17 +14,21 @@ REPO = Path(__file__).resolve().parents[2]
 FEATURE = (3, 9)
 TYPE_NAMES = {"int", "str", "float", "bool", "bytes", "list", "dict", "set", "tuple", "frozenset", "type", "object"}
 NEW_MODULES = {"tomllib": (3, 11)}  # stdlib modules newer than 3.9: only behind try/except ImportError
+UTILS_PACKAGE = "ansible_collections.kube_accel.gpu.plugins.module_utils"
 
 
 def host_files() -> list[Path]:
-    files = sorted((REPO / "plugins" / "modules").glob("*.py")) + sorted(REPO.glob("roles/*/library/*.py"))
+    files = sorted((REPO / "plugins" / "modules").glob("*.py"))
     utils = REPO / "plugins" / "module_utils"
     seen, pending = set(), list(files)
     while pending:
         tree = ast.parse(pending.pop().read_text())
         for node in ast.walk(tree):
-            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("ansible.module_utils."):
-                name = node.module.rsplit(".", 1)[-1]
+            if not (isinstance(node, ast.ImportFrom) and node.module and node.module.startswith(UTILS_PACKAGE)):
+                continue
+            # from <package>.accel_x import y, or from <package> import accel_x, accel_y
+            names = [node.module.rsplit(".", 1)[-1]] if node.module != UTILS_PACKAGE else [a.name for a in node.names]
+            for name in names:
                 path = utils / f"{name}.py"
                 if path.exists() and path not in seen:
                     seen.add(path)

@@ -4,12 +4,9 @@ change must change it, and the record must only be found for the same inputs and
 from __future__ import annotations
 
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "molecule"))
 import scenario_reuse as reuse  # noqa: E402
 
 IMAGES = {"localhost/kube-accel/debian12-python:1": "sha256:aaaa"}

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 import yaml
-from accel_plan_filters import FilterModule
-from ansible.module_utils import accel_gpu_facts, accel_inventory
-from ansible.module_utils import accel_plan as plan
+from ansible_collections.kube_accel.gpu.plugins.filter.accel_plan_filters import FilterModule
+from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_gpu_facts, accel_inventory
+from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_plan as plan
 
 REPO = Path(__file__).resolve().parents[2]
 SNAPSHOTS = REPO / "tests" / "data" / "nvml"

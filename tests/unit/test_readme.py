@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ansible.module_utils.accel_inventory import VARIABLES
+from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_inventory import VARIABLES
 from readme_vars import rendered  # scripts/readme_vars.py
 
 README = Path(__file__).resolve().parents[2] / "README.md"

@@ -70,9 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     f = argparse.ArgumentParser(add_help=False)
     g = f.add_argument_group("facts")
-    g.add_argument("--repo", type=Path, help="kube-accel checkout holding plugins/module_utils/accel_gpu_facts.py")
     g.add_argument("--facts-json", type=Path, help="compare these facts (module or `ansible -m` JSON) instead")
-    g.add_argument("--facts-function", help="entry point in the facts module (default: first known name)")
     g.add_argument("--smi-xml", type=Path, help="saved `nvidia-smi -q -x` output instead of running it")
     g.add_argument("--mem-tolerance-mib", type=int, default=0, help="allowed memory_total_mib difference")
 
@@ -116,16 +114,8 @@ def run_facts(args, smi_data: dict | None) -> dict:
         data = facts.load_facts_json(args.facts_json)
         source = str(args.facts_json)
     else:
-        module = facts.load_facts_module(args.repo)
-        if module is None:
-            repo = args.repo or facts.default_repo()
-            return {
-                "skipped": f"facts module not found under {repo}/plugins/module_utils "
-                f"({facts.FACTS_MODULE}.py); pass --repo or --facts-json"
-            }
-        func = facts.facts_entry_point(module, args.facts_function)
-        data = facts.unwrap_facts(func())
-        source = f"{module.__name__}.{func.__name__}()"
+        data = facts.unwrap_facts(facts.gather_facts())
+        source = facts.SOURCE
     result = facts.compare_facts(data, smi_data, args.mem_tolerance_mib)
     result["source"] = source
     return result

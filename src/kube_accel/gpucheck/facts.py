@@ -2,93 +2,22 @@
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
 import json
-import pkgutil
-import sys
 from pathlib import Path
+
+# The facts module's own code (module_utils of the kube_accel.gpu collection), as an ordinary package: a checkout's
+# venv has .collections on its path (the Makefile's kube_accel_collection.pth); for an installed collection, put the
+# directory that holds its ansible_collections/ on PYTHONPATH.
+from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_gpu_facts
 
 from .smi import GPU_FIELDS, HOST_FIELDS
 
-FACTS_MODULE = "accel_gpu_facts"
-# The facts module is written in parallel with this tool; these are the entry points it may expose, tried in
-# order. Each is called without arguments (real NVML) and may return {"nvidia_gpus": {...}} or the inner dict.
-FACTS_FUNCTIONS = ("gather_facts", "gather_gpu_facts", "gather_nvidia_gpus", "collect_facts", "get_facts")
+SOURCE = "kube_accel.gpu accel_gpu_facts.gather_facts()"
 
 
-def default_repo() -> Path:
-    """Repository root of a source checkout: src/kube_accel/gpucheck/facts.py -> four levels up."""
-    return Path(__file__).resolve().parents[3]
-
-
-def _alias_module_utils(module_utils: Path) -> None:
-    """Make ``ansible.module_utils.<name>`` resolve to the repo's sibling files, as Ansible does at run time.
-
-    Siblings may import each other through those names, so aliasing repeats until no further file imports.
-    The facts module itself is left out: it is loaded by path below.
-    """
-    try:
-        import ansible.module_utils as amu
-    except ImportError:  # the facts module may not need Ansible at all
-        return
-    pending = [
-        info.name
-        for info in pkgutil.iter_modules([str(module_utils)])
-        if info.name != FACTS_MODULE and f"ansible.module_utils.{info.name}" not in sys.modules
-    ]
-    added = str(module_utils) not in sys.path
-    if added:
-        sys.path.insert(0, str(module_utils))
-    try:
-        progress = True
-        while pending and progress:
-            progress = False
-            for name in list(pending):
-                try:
-                    mod = importlib.import_module(name)
-                except Exception:  # may need a sibling not aliased yet; a real error shows when the facts load
-                    continue
-                sys.modules[f"ansible.module_utils.{name}"] = mod
-                setattr(amu, name, mod)
-                pending.remove(name)
-                progress = True
-    finally:
-        if added:
-            sys.path.remove(str(module_utils))
-
-
-def load_facts_module(repo: Path | None = None):
-    """Import plugins/module_utils/accel_gpu_facts.py by path; None when the checkout has no such file.
-
-    Loaded under a private module name so that it is exactly this file, even when another copy of the facts
-    module was imported earlier in the same interpreter (tests, an installed collection).
-    """
-    repo = repo or default_repo()
-    module_utils = repo / "plugins" / "module_utils"
-    path = module_utils / f"{FACTS_MODULE}.py"
-    if not path.is_file():
-        return None
-    _alias_module_utils(module_utils)
-    name = f"_kube_accel_gpucheck_{FACTS_MODULE}"
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # dataclasses and typing resolve names through sys.modules
-    try:
-        spec.loader.exec_module(module)
-    except BaseException:
-        sys.modules.pop(name, None)
-        raise
-    return module
-
-
-def facts_entry_point(module, name: str | None = None):
-    names = (name,) if name else FACTS_FUNCTIONS
-    for candidate in names:
-        func = getattr(module, candidate, None)
-        if callable(func):
-            return func
-    raise LookupError(f"{module.__name__} has none of the entry points {', '.join(names)}")
+def gather_facts() -> dict:
+    """This host's ``nvidia_gpus`` fact, gathered from real NVML exactly as the nvidia_gpu_facts module does."""
+    return accel_gpu_facts.gather_facts()
 
 
 def unwrap_facts(data: dict) -> dict:

@@ -5,14 +5,8 @@
 from __future__ import annotations
 
 import os
-import sys
 
-# Controller-side plugins do not see the module_utils path of ansible.cfg; install the same name resolution.
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-import accel_import  # noqa: E402
-
-accel_import.install()
-from ansible.module_utils import accel_pools  # noqa: E402
+from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_pools
 
 # Facts of every host the pools need: its GPUs, and its os-release as the preflight read it (NFD's OS labels).
 HOST_FACTS = ("nvidia_gpus", "preflight_os_release")

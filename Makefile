@@ -64,6 +64,10 @@ lint: venv ## ansible-lint (production), yamllint, ruff, helm lint
 	@for c in charts/*/; do [ -f "$$c/Chart.yaml" ] || continue; grep -q '^type: library' $$c/Chart.yaml && continue; \
 	  helm dependency build $$c >/dev/null 2>&1 || true; helm lint --strict --namespace kube-accel $$c; done
 
+.PHONY: sanity
+sanity: venv ## ansible-test sanity on the built collection, every Python from 3.9 this machine has (scripts/sanity.sh)
+	scripts/sanity.sh
+
 .PHONY: unit
 unit: venv ## Unit tests only (no lab, no Molecule)
 	$(BIN)/python -m pytest tests -m "not lab and not molecule and not gpu" $(PYTEST_ARGS)

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # make test, in two lanes that share nothing but the CPU (BENCHMARKS.md "Test suite"):
 #   hosts:   venv -> podman, host and Molecule images -> Molecule scenarios (podman hosts only: no Go toolchain)
-#   cluster: the Go toolchain and upstream builds -> lint -> pytest (lab integration tests in one process, unit,
-#            chart and conformance tests in another beside it)
+#   cluster: the Go toolchain and upstream builds -> lint -> pytest (lab integration tests in one process; beside
+#            it ansible-test sanity on the built collection, then the unit, chart and conformance tests)
 # The Molecule lane starts as soon as its images exist, so its ~35 minutes (every scenario run) pass beside the Go
 # builds and pytest instead of after them. Its output goes to a log printed when both lanes have ended; each stage's
 # time still goes through scripts/stage.sh. Exit status: non-zero when any stage failed.
@@ -38,11 +38,12 @@ pytest_lane() {
 rc=0
 if scripts/stage.sh toolchain scripts/toolchain.sh all && scripts/stage.sh lint "${make[@]}" lint; then
   other_log=$(mktemp -t ka-pytest.XXXXXX)
-  pytest_lane pytest -m "not lab" --durations=15 >"$other_log" 2>&1 &
+  { orc=0; scripts/stage.sh sanity "${make[@]}" sanity || orc=1
+    pytest_lane pytest -m "not lab" --durations=15 || orc=1; exit "$orc"; } >"$other_log" 2>&1 &
   other_pid=$!
   pytest_lane pytest-lab -m lab --durations=25 || rc=1
   wait "$other_pid" || rc=1
-  echo "== unit, chart and conformance tests =="
+  echo "== ansible-test sanity; unit, chart and conformance tests =="
   cat "$other_log"
   rm -f "$other_log"
 else

@@ -65,7 +65,7 @@ def accel_desired_nodes(pools):
     return accel_pools.desired_nodes(pools)
 
 
-def accel_managed_label_keys(_=None):
+def accel_managed_label_keys(_unused=None):
     return sorted(accel_pools.managed_label_keys())
 
 

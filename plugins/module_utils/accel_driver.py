@@ -66,7 +66,7 @@ def parse_apt_policy(text: str) -> dict:
             continue
         stripped = line.strip()
         if stripped.startswith("Installed:") or stripped.startswith("Candidate:"):
-            key, _, value = stripped.partition(":")
+            key, _unused, value = stripped.partition(":")
             value = value.strip()
             packages[current][key.lower()] = None if value in ("(none)", "") else value
         elif stripped == "Version table:":
@@ -152,8 +152,8 @@ def dnf_plan(module_text: str, wanted_stream: str, installed_version: str, wante
     current = parse_dnf_module(module_text)
     switch = bool(current["stream"]) and current["state"] == "enabled" and current["stream"] != wanted_stream
     installed = (installed_version or "").strip()
-    move = bool(wanted_version) and bool(installed) and not (installed == wanted_version
-                                                               or installed.startswith(wanted_version + "-"))
+    same = installed == wanted_version or installed.startswith(wanted_version + "-")
+    move = bool(wanted_version) and bool(installed) and not same
     return {"current": current["stream"], "switch": switch, "move": move, "unlock": switch or move}
 
 

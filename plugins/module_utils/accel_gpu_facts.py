@@ -237,7 +237,6 @@ class PynvmlSource:
                 })
         return raw
 
-
     def _nvlinks(self, handle) -> list:
         """NVML's remote device type of each active NVLink; an error past the last link ends the list."""
         nv = self.nvml
@@ -292,7 +291,7 @@ def _nvml_init_reason(pynvml, exc) -> str:
 
 def sysfs_pci_address(nvml_bus_id: str) -> str:
     """NVML's ``00000000:07:00.0`` -> sysfs's ``0000:07:00.0``."""
-    domain, _, rest = nvml_bus_id.strip().partition(":")
+    domain, _unused, rest = nvml_bus_id.strip().partition(":")
     try:
         return f"{int(domain, 16):04x}:{rest.lower()}"
     except ValueError:

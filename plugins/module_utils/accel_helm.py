@@ -32,7 +32,13 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
-import yaml
+try:
+    import yaml
+except ImportError:  # on the host that runs helm; the modules fail with missing_required_lib("PyYAML")
+    yaml = None
+    YAML_IMPORT_ERROR = traceback.format_exc()
+else:
+    YAML_IMPORT_ERROR = None
 
 # (rc, stdout, stderr) for an argv; Ansible's module.run_command in production, a fake in unit tests.
 Runner = Callable[[Sequence[str]], tuple[int, str, str]]
@@ -43,7 +49,7 @@ LockCheck = Callable[[], "str | None"]
 
 # libyaml's parser when PyYAML has it (same safe subset): the pure-Python one spends about 0.3 s per release
 # reading back and comparing the manifests.
-SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+SAFE_LOADER = getattr(yaml, "CSafeLoader", None) or getattr(yaml, "SafeLoader", None)
 
 # Where scripts/toolchain.sh links the pinned helm; tried after PATH so the lab works without a system helm.
 TOOLCHAIN_BIN = os.path.join(os.path.expanduser("~"), ".cache", "kube-accel", "bin")
@@ -309,7 +315,7 @@ def read_local_chart(path: str) -> LocalChart:
         try:
             with tarfile.open(path, "r:*") as tar:
                 for member in tar.getmembers():
-                    top, _, rest = member.name.partition("/")
+                    top, _unused, rest = member.name.partition("/")
                     if top and rest in wanted and member.isfile():
                         extracted = tar.extractfile(member)
                         if extracted is not None:
@@ -481,7 +487,7 @@ def explain_failure(action: str, rc: int, stderr: str, kubeconfig: str | None, c
         where += f", context {context}"
     match = re.search(r'context "([^"]+)" does not exist', text)
     if match:
-        return f"{action}: kube context {match.group(1)!r} does not exist in {where.split(',')[0]}: {last}"
+        return f"{action}: kube context {match.group(1)!r} does not exist in {where.split(',', maxsplit=1)[0]}: {last}"
     if any(fragment in low for fragment in _UNREACHABLE):
         return f"{action}: cannot reach the Kubernetes cluster ({where}): {last}"
     if "another operation (install/upgrade/rollback) is in progress" in low:

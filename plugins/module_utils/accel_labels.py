@@ -53,8 +53,8 @@ def node_patch(
     normalized_ours = [{"key": t["key"], "value": t.get("value"), "effect": t.get("effect")} for t in ours]
     if sorted(normalized_ours, key=str) != sorted(normalized_desired, key=str):
         # Taints are a list: a merge patch replaces it whole, so send the full list.
-        patch["spec"] = {"taints": kept + [{k: v for k, v in t.items() if v is not None}
-                                            for t in normalized_desired]}
+        desired_taints = [{k: v for k, v in t.items() if v is not None} for t in normalized_desired]
+        patch["spec"] = {"taints": kept + desired_taints}
     return patch or None
 
 

@@ -108,7 +108,7 @@ def find_playbook_pid(start: int | None = None) -> int | None:
     ansible-playbook (its workers are forks with the same command line). None when the module was reached over a
     connection (ssh) and the controller is not an ancestor."""
     pid, found = start or os.getppid(), None
-    for _ in range(64):
+    for _unused in range(64):
         if pid <= 1:
             break
         try:
@@ -333,7 +333,7 @@ def acquire(
 
 def release(client: Any, ours: str, *, check_mode: bool = False) -> dict:
     """Give the lock back when it is ours (the Lease stays, without a holder); anything else is left alone."""
-    for _ in range(5):
+    for _unused in range(5):
         lease = client.read()
         seen = view(lease)
         if seen is None or seen.holder != ours:

@@ -171,7 +171,7 @@ def converge(
 
     Returns the decision's result with ``changed`` and ``diff`` (before/after of the cordon fields).
     """
-    for _ in range(WRITE_ATTEMPTS):
+    for _unused in range(WRITE_ATTEMPTS):
         node = read()
         patch, result = decide(node)
         after = _apply_patch(node, patch) if (node is not None and patch) else node

@@ -242,7 +242,7 @@ def _place(cls_list: list[ProfileClass], memory_slices: int, sm_slices: int):
 
 def find_placement(model: MigModel, geometry: dict[str, int]) -> list[tuple[str, int]] | None:
     """A legal placement ``[(profile name, start slice)]`` in creation order, or ``None`` if there is none."""
-    names = [name for name, count in geometry.items() for _ in range(count)]
+    names = [name for name, count in geometry.items() for _unused in range(count)]
     placed = _place([model.profiles[n].cls for n in names], model.memory_slices, model.sm_slices)
     if placed is None:
         return None
@@ -251,7 +251,7 @@ def find_placement(model: MigModel, geometry: dict[str, int]) -> list[tuple[str,
 
 def _fits(family: dict, counts: dict[str, int]) -> bool:
     classes = family["classes"]
-    cls_list = [classes[c] for c, n in counts.items() for _ in range(n)]
+    cls_list = [classes[c] for c, n in counts.items() for _unused in range(n)]
     if any(n > classes[c].max_count for c, n in counts.items()):
         return False
     return _place(cls_list, family["memory_slices"], family["sm_slices"]) is not None

@@ -16,7 +16,10 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-import yaml
+try:
+    import yaml
+except ImportError:  # controller-side only (filters), where PyYAML comes with ansible-core
+    yaml = None
 from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_constants import LABELS
 from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_mig import mig_parted_config_for_hosts
 
@@ -63,7 +66,7 @@ def _mirror(repository: str, registry: str) -> str:
     """``nvcr.io/nvidia/k8s`` -> ``<registry>/nvidia/k8s``: one private mirror, upstream paths kept."""
     if not registry:
         return repository
-    host, _, path = repository.partition("/")
+    host, _unused, path = repository.partition("/")
     if host not in UPSTREAM_REGISTRIES:
         path = repository
     return f"{registry.rstrip('/')}/{path}"

@@ -191,7 +191,7 @@ def reinstall_candidates(run: Runner, state: dict[str, Any]) -> list[str]:
     names = sorted({n for p in state["problems"] if p["kind"] in REINSTALL for n in p["packages"]})
     if not names:
         return []
-    rc, out, _ = run([*DPKG_WANTS, *names])
+    rc, out, _unused = run([*DPKG_WANTS, *names])
     wants = parse_wants(out) if rc == 0 else {}
     return [n for n in names if wants.get(n, {}).get("want", "install") == "install"]
 
@@ -304,7 +304,7 @@ def fcntl_holder(path: str) -> int | None:
         # struct flock on 64-bit Linux (x86_64, aarch64: the GPU hosts): short type, short whence, off_t start,
         # off_t len, pid_t pid.
         query = struct.pack("hhqqi", fcntl.F_WRLCK, os.SEEK_SET, 0, 0, 0)
-        l_type, _, _, _, pid = struct.unpack("hhqqi", fcntl.fcntl(fd, fcntl.F_GETLK, query))
+        l_type, _unused, _unused, _unused, pid = struct.unpack("hhqqi", fcntl.fcntl(fd, fcntl.F_GETLK, query))
         return None if l_type == fcntl.F_UNLCK else pid
     finally:
         os.close(fd)

@@ -748,4 +748,3 @@ def merge_spec_errors(host: str, problems: list, spec_errors) -> list[str]:
             continue
         merged.append(f"{host}: {error}")
     return merged
-

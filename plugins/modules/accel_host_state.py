@@ -15,7 +15,7 @@ description:
   - O(action=record) writes that record. It changes the record file only when the record differs.
   - The host play uses both for its fast path; see roles/host_state.
 version_added: "0.1.0"
-author: kube-accel contributors
+author: kube-accel contributors (@kube-accel)
 options:
   action:
     description: C(check) compares; C(record) writes the record.
@@ -45,16 +45,21 @@ options:
     type: list
     elements: str
     default: []
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
 attributes:
   check_mode:
     support: full
   diff_mode:
     support: full
+  platform:
+    support: full
+    platforms: posix
 """
 
 EXAMPLES = r"""
 - name: Compare the host with its last full run
-  accel_host_state:
+  kube_accel.gpu.accel_host_state:
     action: check
     inputs: "{{ host_state_inputs }}"
     watch: [/etc/modprobe.d, /var/lib/dpkg/status, /proc/cmdline]
@@ -62,7 +67,7 @@ EXAMPLES = r"""
   register: host_state_check
 
 - name: Record the host after a full run
-  accel_host_state:
+  kube_accel.gpu.accel_host_state:
     action: record
     inputs: "{{ host_state_inputs }}"
     watch: [/etc/modprobe.d, /var/lib/dpkg/status, /proc/cmdline]

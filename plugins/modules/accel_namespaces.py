@@ -13,7 +13,7 @@ description:
   - When a namespace enforces a stricter level than its pods need, the module fails naming every such namespace
     and changes nothing, so the play stops before any chart is installed.
 version_added: "0.1.0"
-author: kube-accel contributors
+author: kube-accel contributors (@kube-accel)
 options:
   namespaces:
     description: Namespace name -> Pod Security level its pods need (C(privileged), C(baseline), C(restricted)).
@@ -30,19 +30,24 @@ options:
   context:
     description: Context in the kubeconfig; the current context when empty.
     type: str
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
 attributes:
   check_mode:
     support: full
   diff_mode:
     support: full
     details: The namespaces' labels before and after (an absent namespace shows as none).
+  platform:
+    support: full
+    platforms: posix
 requirements:
   - kubernetes (Python client)
 """
 
 EXAMPLES = r"""
 - name: Check and label the namespaces before any install
-  accel_namespaces:
+  kube_accel.gpu.accel_namespaces:
     kubeconfig: /etc/kubernetes/admin.conf
     namespaces: {kube-accel: privileged, gpu-operator: privileged}
     check_only: [gpu-operator]

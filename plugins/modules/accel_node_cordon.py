@@ -21,7 +21,7 @@ description:
   - Writes carry the resourceVersion they were decided on; a node changed in between is read and decided again.
   - A missing node is not an error (a host not yet in the cluster); RV(found) says so.
 version_added: "0.1.0"
-author: kube-accel contributors
+author: kube-accel contributors (@kube-accel)
 options:
   name:
     description: Node name (O(state=cordoned) or O(state=uncordoned)).
@@ -57,6 +57,8 @@ options:
   context:
     description: Kubeconfig context.
     type: str
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
 attributes:
   check_mode:
     support: full
@@ -65,6 +67,7 @@ attributes:
     support: full
     description: C(spec.unschedulable) and kube-accel's two annotations, before and after.
   platform:
+    support: full
     platforms: posix
 requirements:
   - kubernetes (Python client)
@@ -74,14 +77,14 @@ seealso:
 
 EXAMPLES = r"""
 - name: Cordon the node for kube-accel
-  accel_node_cordon:
+  kube_accel.gpu.accel_node_cordon:
     name: gpu-a30-01
     reason: "host roles: /etc/modprobe.d/kube-accel-blacklist-nouveau.conf changed"
     kubeconfig: "{{ accel_kubeconfig }}"
   register: cordon
 
 - name: Return it to service (only if kube-accel cordoned it)
-  accel_node_cordon:
+  kube_accel.gpu.accel_node_cordon:
     name: gpu-a30-01
     state: uncordoned
     checks: {gpus: "4 GPU(s), driver 550.54.15"}
@@ -146,7 +149,9 @@ def kubeconfig_missing(module) -> str | None:
     path = module.params["kubeconfig"]
     if path:
         return None if os.path.exists(path) else f"kubeconfig {path} not found"
-    default = os.path.expanduser(os.environ.get("KUBECONFIG", "~/.kube/config").split(os.pathsep)[0])
+    # The client's own default: the first file of $KUBECONFIG, else ~/.kube/config.
+    home_config = os.path.join(os.environ.get("HOME", "/"), ".kube", "config")
+    default = os.environ.get("KUBECONFIG", "").split(os.pathsep)[0] or home_config
     if os.path.exists(default) or os.environ.get("KUBERNETES_SERVICE_HOST"):
         return None
     return f"no kubeconfig given and none at {default}"

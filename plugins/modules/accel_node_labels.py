@@ -15,7 +15,7 @@ description:
     16 at a time, and the node list is read as raw JSON, so a no-op run on 1,000 nodes is one list call.
   - When some patches fail, the others are still sent; the module fails listing every node that failed.
 version_added: "0.1.0"
-author: kube-accel contributors
+author: kube-accel contributors (@kube-accel)
 options:
   nodes:
     description: 'Desired state per node name: C(labels) (a dict) and C(taints) (a list of C(key), C(value), C(effect)).'
@@ -46,18 +46,23 @@ options:
   context:
     description: Context in the kubeconfig; the current context when empty.
     type: str
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
 attributes:
   check_mode:
     support: full
   diff_mode:
     support: full
+  platform:
+    support: full
+    platforms: posix
 requirements:
   - kubernetes (Python client)
 """
 
 EXAMPLES = r"""
 - name: Label the MPS pool
-  accel_node_labels:
+  kube_accel.gpu.accel_node_labels:
     kubeconfig: /etc/kubernetes/admin.conf
     nodes:
       gpu-a30-01:

@@ -19,7 +19,7 @@ description:
     what would run. With diff, C(before) lists what was found and C(after) what is left.
   - Logic and tests in module_utils/accel_package_db.py; see roles/package_db.
 version_added: "0.1.0"
-author: kube-accel contributors
+author: kube-accel contributors (@kube-accel)
 options:
   manager:
     description: The host's package manager family.
@@ -34,16 +34,21 @@ options:
     description: Seconds to wait for a running package manager to release its locks before failing (0 or more).
     type: int
     default: 300
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
 attributes:
   check_mode:
     support: full
   diff_mode:
     support: full
+  platform:
+    support: full
+    platforms: posix
 """
 
 EXAMPLES = r"""
 - name: Repair an interrupted dpkg before installing packages
-  accel_package_db:
+  kube_accel.gpu.accel_package_db:
     manager: apt
   register: package_db_result
 """

@@ -19,7 +19,7 @@ description:
   - The summary says where each check's evidence comes from (upstream component or lab stand-in).
   - Every check runs; the module fails at the end with all problems and the summary table.
 version_added: "0.1.0"
-author: kube-accel contributors
+author: kube-accel contributors (@kube-accel)
 options:
   pools:
     description:
@@ -65,19 +65,24 @@ options:
   context:
     description: Context in the kubeconfig.
     type: str
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
 attributes:
   check_mode:
     support: full
     details: In check mode the read-only checks run and no Job is created.
   diff_mode:
     support: none
+  platform:
+    support: full
+    platforms: posix
 requirements:
   - kubernetes (Python client)
 """
 
 EXAMPLES = r"""
 - name: Verify the pools
-  accel_pool_verify:
+  kube_accel.gpu.accel_pool_verify:
     kubeconfig: .lab/kubeconfig
     pool_label: kube-accel.io/pool
     pools:

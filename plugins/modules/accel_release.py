@@ -19,7 +19,7 @@ description:
     its last good revision, then upgraded if it still differs. helm 3 patches from the last deployed manifest,
     so without this a field that only the failed revision added would stay on the live objects.
   - A release left C(pending-install), C(pending-upgrade) or C(pending-rollback) by a helm that died is recovered
-    when kube-accel can prove no operation is alive (no other run holds the run lock, see M(accel_run_lock), and
+    when kube-accel can prove no operation is alive (no other run holds the run lock, see M(kube_accel.gpu.accel_run_lock), and
     the pending revision is older than O(timeout)). A pending first install is uninstalled and installed again, a
     pending upgrade or rollback is rolled back to the last deployed revision and then upgraded. RV(recovered) and
     C(--diff) say what was found and done. Otherwise the module fails naming the release, its status, the
@@ -28,7 +28,7 @@ description:
   - The module runs helm on the host it executes on (normally the controller, with C(delegate_to) or
     C(connection=local)); C(values_template) and a local C(chart) are read there too.
 version_added: "0.1.0"
-author: kube-accel contributors
+author: kube-accel contributors (@kube-accel)
 options:
   name:
     description: Release name.
@@ -104,7 +104,7 @@ options:
     default: true
   run_lock_name:
     description:
-      - Lease of kube-accel's run lock (M(accel_run_lock)), read when a release is found pending; a pending release
+      - Lease of kube-accel's run lock (M(kube_accel.gpu.accel_run_lock)), read when a release is found pending; a pending release
         is recovered only when no other live run holds it and the pending revision is older than O(timeout).
     type: str
     default: kube-accel-run
@@ -113,9 +113,11 @@ options:
     type: str
   run_lock_holder:
     description:
-      - Holder identity of this run when it holds the run lock (the C(holder) that M(accel_run_lock) returns), so
+      - Holder identity of this run when it holds the run lock (the C(holder) that M(kube_accel.gpu.accel_run_lock) returns), so
         its own lock does not count as another run's.
     type: str
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
 attributes:
   check_mode:
     support: full
@@ -124,6 +126,7 @@ attributes:
     support: full
     description: Unified diffs of the values (as YAML) and of the rendered manifest, deployed vs desired.
   platform:
+    support: full
     platforms: posix
 requirements:
   - helm 3 (>= 3.13 for C(--dry-run=server)) or helm 4
@@ -139,7 +142,7 @@ seealso:
 
 EXAMPLES = r"""
 - name: Install the pGPU chart for the "train" pool
-  accel_release:
+  kube_accel.gpu.accel_release:
     name: kube-accel-pgpu
     chart: "{{ playbook_dir }}/../charts/pgpu"
     values:
@@ -151,7 +154,7 @@ EXAMPLES = r"""
   delegate_to: localhost
 
 - name: Values rendered from inventory data with a template, with helm 4
-  accel_release:
+  kube_accel.gpu.accel_release:
     name: kube-accel-mps
     chart: charts/mps
     values_template: templates/mps-values.yaml.j2
@@ -161,7 +164,7 @@ EXAMPLES = r"""
     timeout: 3m
 
 - name: GPU Operator from a repository, pinned
-  accel_release:
+  kube_accel.gpu.accel_release:
     name: gpu-operator
     namespace: gpu-operator
     chart: nvidia/gpu-operator
@@ -169,7 +172,7 @@ EXAMPLES = r"""
     values: "{{ gpu_operator_values }}"
 
 - name: Remove a release
-  accel_release:
+  kube_accel.gpu.accel_release:
     name: kube-accel-vgpu
     state: absent
 """
@@ -208,7 +211,9 @@ changes:
   elements: str
   sample: ["chart tiny-0.1.0 -> tiny-0.2.0", "values differ: replicas"]
 command:
-  description: The helm argv that was run (or would run in check mode) to change the release; its C(--values) file is a temporary copy of the values, removed after the run.
+  description:
+    - The helm argv that was run (or would run in check mode) to change the release.
+    - Its C(--values) file is a temporary copy of the values, removed after the run.
   returned: when changed
   type: list
   elements: str
@@ -263,26 +268,20 @@ diff:
 import traceback
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
-
-# Standard library only: the argument spec needs it even where PyYAML is missing.
+from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_helm import (
+    YAML_IMPORT_ERROR,
+    HelmError,
+    ReleaseSpec,
+    desired_values,
+    ensure_absent,
+    ensure_present,
+    module_helm,
+)
 from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_lease import (
     RUN_LOCK_ARGUMENT_SPEC,
     release_lock_check,
 )
 
-try:
-    from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_helm import (
-        HelmError,
-        ReleaseSpec,
-        desired_values,
-        ensure_absent,
-        ensure_present,
-        module_helm,
-    )
-
-    IMPORT_ERROR = None
-except ImportError:  # pyyaml missing on the host that runs helm
-    IMPORT_ERROR = traceback.format_exc()
 
 def argument_spec() -> dict:
     return {
@@ -312,8 +311,8 @@ def main() -> None:
         required_if=[("state", "present", ["chart"])],
         supports_check_mode=True,
     )
-    if IMPORT_ERROR:
-        module.fail_json(msg=missing_required_lib("PyYAML"), exception=IMPORT_ERROR)
+    if YAML_IMPORT_ERROR:
+        module.fail_json(msg=missing_required_lib("PyYAML"), exception=YAML_IMPORT_ERROR)
     p = module.params
 
     try:

@@ -8,22 +8,22 @@ DOCUMENTATION = r"""
 module: accel_releases
 short_description: Install or upgrade several Helm releases side by side, each as accel_release does
 description:
-  - Runs what M(accel_release) does with C(state=present) for every release in O(releases), up to O(parallel) at
+  - Runs what M(kube_accel.gpu.accel_release) does with C(state=present) for every release in O(releases), up to O(parallel) at
     once. Values are checked against the chart's C(values.schema.json); C(helm upgrade --install) with wait and
     automatic rollback runs only when the release differs from the deployed one; a failed release is rolled back to
     its last good revision first; a pending release whose operation is provably dead is recovered first (as
-    M(accel_release) does).
+    M(kube_accel.gpu.accel_release) does).
   - One module run for all releases, so helm is located and its version read once, and the releases' renders
     and rollouts overlap instead of adding up.
   - A release that fails does not stop the others; the module then fails naming every failed release, and returns
     the results of the ones that went through.
   - Runs helm on the host it executes on; local charts are read there.
 version_added: "0.1.0"
-author: kube-accel contributors
+author: kube-accel contributors (@kube-accel)
 options:
   releases:
     description:
-      - Each release is a mapping with C(name) and C(chart) (as for M(accel_release)), and optionally C(values)
+      - Each release is a mapping with C(name) and C(chart) (as for M(kube_accel.gpu.accel_release)), and optionally C(values)
         (a mapping), C(chart_version) and C(namespace) (default O(namespace)).
       - Other keys are ignored, so the output of the C(accel_releases) filter can be passed as it is.
     type: list
@@ -70,7 +70,7 @@ options:
     default: true
   run_lock_name:
     description:
-      - Lease of kube-accel's run lock (M(accel_run_lock)), read when a release is found pending; a pending release
+      - Lease of kube-accel's run lock (M(kube_accel.gpu.accel_run_lock)), read when a release is found pending; a pending release
         is recovered only when no other live run holds it and the pending revision is older than O(timeout).
     type: str
     default: kube-accel-run
@@ -79,9 +79,11 @@ options:
     type: str
   run_lock_holder:
     description:
-      - Holder identity of this run when it holds the run lock (the C(holder) that M(accel_run_lock) returns), so
+      - Holder identity of this run when it holds the run lock (the C(holder) that M(kube_accel.gpu.accel_run_lock) returns), so
         its own lock does not count as another run's.
     type: str
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
 attributes:
   check_mode:
     support: full
@@ -90,19 +92,19 @@ attributes:
     support: full
     description: The values and manifest diffs of every release that changes, one after the other.
   platform:
+    support: full
     platforms: posix
 requirements:
   - helm 3 (>= 3.13 for C(--dry-run=server)) or helm 4
   - jsonschema (when O(validate_schema=true))
 notes:
-  - To remove a release, use M(accel_release) with C(state=absent).
+  - To remove a release, use M(kube_accel.gpu.accel_release) with C(state=absent).
 seealso:
-  - module: accel_release
-"""
+  - module: kube_accel.gpu.accel_release"""
 
 EXAMPLES = r"""
 - name: Install the pool charts, one release per mode, side by side
-  accel_releases:
+  kube_accel.gpu.accel_releases:
     releases:
       - name: kube-accel-pgpu
         chart: "{{ playbook_dir }}/../charts/pgpu"
@@ -117,7 +119,7 @@ EXAMPLES = r"""
 RETURN = r"""
 releases:
   description:
-    - Release name -> what M(accel_release) returns for it (C(revision), C(status), C(chart), C(app_version),
+    - Release name -> what M(kube_accel.gpu.accel_release) returns for it (C(revision), C(status), C(chart), C(app_version),
       C(objects), C(changes), C(changed), and C(command), C(rollback_command), C(rolled_back_to), C(recovered) when
       they apply).
     - On failure, only the releases that went through.
@@ -140,28 +142,18 @@ diff:
   elements: dict
 """
 
-import traceback
-
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
-
-# Standard library only: the argument spec needs it even where PyYAML is missing.
+from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_helm import (
+    YAML_IMPORT_ERROR,
+    HelmError,
+    ensure_each_present,
+    module_helm,
+    release_specs,
+)
 from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_lease import (
     RUN_LOCK_ARGUMENT_SPEC,
     release_lock_check,
 )
-
-try:
-    from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_helm import (
-        HelmError,
-        ensure_each_present,
-        module_helm,
-        release_specs,
-    )
-
-    IMPORT_ERROR = None
-except ImportError:  # pyyaml missing on the host that runs helm
-    IMPORT_ERROR = traceback.format_exc()
-
 
 
 def failure_details(error) -> dict:
@@ -190,8 +182,8 @@ def main() -> None:
         },
         supports_check_mode=True,
     )
-    if IMPORT_ERROR:
-        module.fail_json(msg=missing_required_lib("PyYAML"), exception=IMPORT_ERROR)
+    if YAML_IMPORT_ERROR:
+        module.fail_json(msg=missing_required_lib("PyYAML"), exception=YAML_IMPORT_ERROR)
     p = module.params
     if p["parallel"] < 1:
         module.fail_json(msg=f"parallel must be at least 1, not {p['parallel']}")

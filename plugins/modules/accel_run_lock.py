@@ -24,7 +24,7 @@ description:
   - An expired lease is taken over with an optimistic write (resourceVersion), so two runs racing for it cannot
     both win.
 version_added: "0.1.0"
-author: kube-accel contributors
+author: kube-accel contributors (@kube-accel)
 options:
   name:
     description: Name of the Lease.
@@ -69,6 +69,8 @@ options:
   context:
     description: Kubeconfig context.
     type: str
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
 attributes:
   check_mode:
     support: full
@@ -76,25 +78,25 @@ attributes:
   diff_mode:
     support: none
   platform:
+    support: full
     platforms: posix
 requirements:
   - kubernetes (Python client)
 notes:
   - Holder liveness is judged from the Lease's C(renewTime) against this host's clock.
 seealso:
-  - module: accel_release
-"""
+  - module: kube_accel.gpu.accel_release"""
 
 EXAMPLES = r"""
 - name: One kube-accel run at a time
-  accel_run_lock:
+  kube_accel.gpu.accel_run_lock:
     namespace: "{{ accel_namespace | default('kube-accel') }}"
     kubeconfig: "{{ accel_kubeconfig }}"
     wait: "{{ accel_run_lock_wait | default(0) }}"
   register: run_lock
 
 - name: Release the run lock
-  accel_run_lock:
+  kube_accel.gpu.accel_run_lock:
     state: absent
     holder: "{{ run_lock.holder }}"
     kubeconfig: "{{ accel_kubeconfig }}"
@@ -130,7 +132,6 @@ renewer_pid:
   type: int
 """
 
-import os
 import sys
 import traceback
 
@@ -196,7 +197,7 @@ def main() -> None:
         module.warn(f"took over the expired run lock of {taken['previous_holder']} (it stopped renewing)")
     if p["renew"] and not module.check_mode and taken["state"] != "ours":
         out["renewer_pid"] = spawn_renewer(sys.executable, {
-            "kubeconfig": p["kubeconfig"] and os.path.expanduser(p["kubeconfig"]),
+            "kubeconfig": p["kubeconfig"],  # type path: already expanded
             "context": p["context"],
             "namespace": p["namespace"],
             "name": p["name"],

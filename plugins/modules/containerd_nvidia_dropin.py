@@ -5,14 +5,6 @@
 
 from __future__ import annotations
 
-import copy
-import json
-import os
-import re
-import tempfile
-
-from ansible.module_utils.basic import AnsibleModule
-
 DOCUMENTATION = r"""
 module: containerd_nvidia_dropin
 short_description: Add the NVIDIA runtime to containerd through a conf.d drop-in
@@ -26,7 +18,7 @@ description:
     credentials are masked in the diff and in every error.
   - Adds the drop-in glob to C(imports) of the main config, creating a minimal main config when there is none.
   - The result is validated by C(containerd config dump) before anything is written, when containerd is installed.
-author: kube-accel contributors
+author: kube-accel contributors (@kube-accel)
 options:
   main_config: {type: path, default: /etc/containerd/config.toml, description: Main containerd config.}
   dropin: {type: path, default: /etc/containerd/conf.d/99-nvidia.toml, description: Drop-in file written.}
@@ -38,14 +30,19 @@ options:
   config_version:
     {type: int, default: 0, choices: [0, 2, 3], description: 2 or 3; 0 detects it from the main config or containerd.}
   containerd_binary: {type: str, default: containerd, description: containerd executable.}
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
 attributes:
   check_mode: {support: full}
   diff_mode: {support: full}
+  platform:
+    support: full
+    platforms: posix
 """
 
 EXAMPLES = r"""
 - name: NVIDIA runtime for containerd
-  containerd_nvidia_dropin:
+  kube_accel.gpu.containerd_nvidia_dropin:
     set_as_default: true
 """
 
@@ -54,13 +51,23 @@ config_version: {type: int, returned: always, description: containerd config ver
 validated: {type: bool, returned: always, description: Whether containerd itself parsed the result.}
 """
 
+import copy
+import json
+import os
+import re
+import tempfile
+
+from ansible.module_utils.basic import AnsibleModule
+
+# Python 3.11+ has tomllib; older hosts (RHEL 9, Ubuntu 22.04) the toml package (python3-toml, the role installs it).
+_toml = None
 try:
     import tomllib
-except ImportError:  # Python < 3.11 (RHEL 9): the toml package
+except ImportError:
     tomllib = None
     try:
         import toml as _toml
-    except ImportError:
+    except ImportError:  # neither: loads() says so
         _toml = None
 
 CRI = {2: "io.containerd.grpc.v1.cri", 3: "io.containerd.cri.v1.runtime"}
@@ -196,7 +203,7 @@ def write(module, path, text, mode):
 
 
 def containerd_major(module, path):
-    rc, out, _ = module.run_command([path, "--version"])
+    rc, out, _unused = module.run_command([path, "--version"])
     m = re.search(r"\sv?(\d+)\.\d+", out) if rc == 0 else None
     return int(m.group(1)) if m else None
 
@@ -306,7 +313,7 @@ def main():
         main_text = read(p["main_config"])
         main_doc = loads(main_text) if main_text else {}
         secrets, cred_hosts = credentials(main_doc)
-        read_version, version, source, full_copy, _ = plan(module, p, main_doc)
+        read_version, version, source, full_copy, _unused = plan(module, p, main_doc)
         runc = copy.deepcopy(dig(source, runtime_path(read_version) + ("runc",)) or {})
         if full_copy:
             if cred_hosts:

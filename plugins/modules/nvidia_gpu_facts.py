@@ -18,7 +18,7 @@ description:
   - With O(snapshot) or O(snapshot_data) the NVML values come from a recorded snapshot (the lab's GPU-less hosts,
     tests); the same gathering code runs on both.
 version_added: "0.1.0"
-author: kube-accel contributors
+author: kube-accel contributors (@kube-accel)
 options:
   snapshot:
     description:
@@ -46,6 +46,9 @@ options:
         path read as the host's facts.
     type: bool
     default: true
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+  - ansible.builtin.action_common_attributes.facts
 attributes:
   check_mode:
     support: full
@@ -54,6 +57,9 @@ attributes:
     support: none
   facts:
     support: full
+  platform:
+    support: full
+    platforms: posix
 notes:
   - PCI device IDs are in mig-parted C(device-filter) form (C(0x20B210DE)); the MIG geometry checks key on them.
 requirements:
@@ -62,10 +68,10 @@ requirements:
 
 EXAMPLES = r"""
 - name: Gather GPU facts
-  nvidia_gpu_facts:
+  kube_accel.gpu.nvidia_gpu_facts:
 
 - name: Gather GPU facts of a lab host from a snapshot kept on the controller
-  nvidia_gpu_facts:
+  kube_accel.gpu.nvidia_gpu_facts:
     snapshot_data: "{{ lookup('ansible.builtin.file', accel_nvml_snapshot) | from_json }}"
 
 - name: Show the GPU models

@@ -27,18 +27,22 @@ options:
     description: Root of the sysfs tree; tests point it at a fake tree.
     type: path
     default: /sys
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
 attributes:
   check_mode:
     support: full
   diff_mode:
     support: full
+  platform:
+    support: full
+    platforms: posix
 author:
-  - kube-accel contributors
-"""
+  - kube-accel contributors (@kube-accel)"""
 
 EXAMPLES = r"""
 - name: Create 4 VFs on the first GPU
-  sriov_numvfs:
+  kube_accel.gpu.sriov_numvfs:
     device: "0000:3b:00.0"
     numvfs: 4
 """

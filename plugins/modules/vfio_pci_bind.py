@@ -31,18 +31,22 @@ options:
     description: Root of the sysfs tree; tests point it at a fake tree.
     type: path
     default: /sys
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
 attributes:
   check_mode:
     support: full
   diff_mode:
     support: full
+  platform:
+    support: full
+    platforms: posix
 author:
-  - kube-accel contributors
-"""
+  - kube-accel contributors (@kube-accel)"""
 
 EXAMPLES = r"""
 - name: Bind the A100 and its audio function to vfio-pci
-  vfio_pci_bind:
+  kube_accel.gpu.vfio_pci_bind:
     ids: ["10de:20b5", "10de:1aef"]
     state: bound
 """

@@ -5,7 +5,8 @@ a green run recorded under ~/.cache/kube-accel/molecule/ (KA_CACHE overrides the
 
 - files: the scenario directory; for a role's scenario the role (without its other scenarios); every role, module,
   filter or connection plugin named in those files, and every repository path they name, followed until nothing new
-  turns up (module_utils with any module or filter); ansible.cfg and this harness;
+  turns up (module_utils with any module or filter); ansible.cfg, the collection's galaxy.yml and
+  meta/runtime.yml, and this harness;
 - the image id of every platform image, the podman version and the machine's kernel release;
 - every installed Python distribution of the venv (Molecule, ansible-core, the collections, Jinja2 ...) and any
   collection outside it, and the ANSIBLE_* / MOLECULE_* / KA_* environment;
@@ -146,8 +147,9 @@ def input_files(scenario: Scenario) -> list[Path]:
     if scenario.cwd != repo:
         files |= _role_files(universe, repo, scenario.cwd.name)
     # Hashed, not followed: the harness that runs Molecule and the repository's Ansible configuration.
-    fixed = {p for p in (repo / "ansible.cfg", HARNESS / "test_scenarios.py", HARNESS / "scenario_reuse.py",
-                         HARNESS / "conftest.py") if p in universe}
+    fixed = {p for p in (repo / "ansible.cfg", repo / "galaxy.yml", repo / "meta" / "runtime.yml",
+                         HARNESS / "test_scenarios.py", HARNESS / "scenario_reuse.py", HARNESS / "conftest.py")
+             if p in universe}
     roles = {p.name for p in (repo / "roles").iterdir() if p.is_dir()} if (repo / "roles").is_dir() else set()
     plugins = _plugin_index(repo)
     module_utils = _files_under(universe, repo / "plugins" / "module_utils")

@@ -133,7 +133,7 @@ def test_decide_defers_without_touching_the_node(lab, core, tmp_path):
                 "node_reboot_node_name": NODE,
                 "node_reboot_kubeconfig": str(lab.kubeconfig),
             },
-            "roles": ["node_reboot"],
+            "roles": ["kube_accel.gpu.node_reboot"],
         }
     ]
     proc = run_localhost_playbook(book, tmp_path / "defer.yml")

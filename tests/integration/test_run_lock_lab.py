@@ -107,7 +107,7 @@ def test_pending_releases_left_by_a_killed_helm_are_recovered(locks_lab, tmp_pat
         stuck[which] = (binary, first, upgraded)
 
     def task(name, timeout, **extra):
-        return {"name": name, "register": name, "loop": sorted(stuck), **extra, "accel_releases": {
+        return {"name": name, "register": name, "loop": sorted(stuck), **extra, "kube_accel.gpu.accel_releases": {
             "kubeconfig": str(lab.kubeconfig), "namespace": NAMESPACE, "helm_binary": "{{ stuck[item][0] }}",
             "timeout": timeout, "validate_schema": False,
             "releases": [{"name": "{{ stuck[item][1] }}", "chart": str(TINY), "values": {"replicas": 1}},

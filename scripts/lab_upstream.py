@@ -176,7 +176,7 @@ def releases(hosts: dict[str, dict], cluster: dict) -> list[dict]:
     from ansible_collections.kube_accel.gpu.plugins.filter import accel_pool_filters  # noqa: PLC0415
     from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_pools  # noqa: PLC0415
 
-    return accel_pool_filters.accel_releases(accel_pools.collect_pools(hosts), cluster)
+    return accel_pool_filters.accel_pool_releases(accel_pools.collect_pools(hosts), cluster)
 
 
 def render(release: dict, namespace: str, kube_version: str, workdir: Path) -> list[dict]:

@@ -69,7 +69,7 @@ def accel_managed_label_keys(_unused=None):
     return sorted(accel_pools.managed_label_keys())
 
 
-def accel_releases(pools, cluster, prefix="kube-accel", chart_dir=""):
+def accel_pool_releases(pools, cluster, prefix="kube-accel", chart_dir=""):
     """Pools grouped into releases: [{name, chart, values, pools}] (one per mode, one per vGPU backend).
 
     ``chart`` is the chart's directory name under charts/, or its path under ``chart_dir`` when given.
@@ -125,6 +125,6 @@ class FilterModule:
             "accel_os_release": accel_os_release,
             "accel_desired_nodes": accel_desired_nodes,
             "accel_managed_label_keys": accel_managed_label_keys,
-            "accel_releases": accel_releases,
+            "accel_pool_releases": accel_pool_releases,
             "accel_verify_pools": accel_verify_pools,
         }

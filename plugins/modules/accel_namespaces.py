@@ -24,13 +24,8 @@ options:
     type: list
     elements: str
     default: []
-  kubeconfig:
-    description: Path of the kubeconfig file.
-    type: path
-  context:
-    description: Context in the kubeconfig; the current context when empty.
-    type: str
 extends_documentation_fragment:
+  - kube_accel.gpu.kube_client
   - ansible.builtin.action_common_attributes
 attributes:
   check_mode:

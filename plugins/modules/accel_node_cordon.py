@@ -51,13 +51,8 @@ options:
       - The registered result of this run's O(state=cordoned) task. Only read in check mode, where that cordon was
         not written, so that the uncordon reports what a real run would do.
     type: dict
-  kubeconfig:
-    description: Kubeconfig file; the kubernetes client's default when omitted.
-    type: path
-  context:
-    description: Kubeconfig context.
-    type: str
 extends_documentation_fragment:
+  - kube_accel.gpu.kube_client
   - ansible.builtin.action_common_attributes
 attributes:
   check_mode:

@@ -40,13 +40,8 @@ options:
     description: Fail when a node in O(nodes) does not exist in the cluster.
     type: bool
     default: true
-  kubeconfig:
-    description: Path of the kubeconfig file.
-    type: path
-  context:
-    description: Context in the kubeconfig; the current context when empty.
-    type: str
 extends_documentation_fragment:
+  - kube_accel.gpu.kube_client
   - ansible.builtin.action_common_attributes
 attributes:
   check_mode:

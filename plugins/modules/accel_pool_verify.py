@@ -59,13 +59,8 @@ options:
     description: Seconds to wait for each Job to complete.
     type: int
     default: 120
-  kubeconfig:
-    description: Path of the kubeconfig file.
-    type: path
-  context:
-    description: Context in the kubeconfig.
-    type: str
 extends_documentation_fragment:
+  - kube_accel.gpu.kube_client
   - ansible.builtin.action_common_attributes
 attributes:
   check_mode:

@@ -60,12 +60,6 @@ options:
     description: Variables for O(values_template).
     type: dict
     default: {}
-  kubeconfig:
-    description: Kubeconfig file passed to helm as C(--kubeconfig); helm's default (C(KUBECONFIG), C(~/.kube/config)) when omitted.
-    type: path
-  context:
-    description: Kubeconfig context passed to helm as C(--kube-context).
-    type: str
   helm_binary:
     description:
       - The helm to run. A bare name is looked up on C(PATH), then in C(~/.cache/kube-accel/bin) where
@@ -117,6 +111,7 @@ options:
         its own lock does not count as another run's.
     type: str
 extends_documentation_fragment:
+  - kube_accel.gpu.kube_client
   - ansible.builtin.action_common_attributes
 attributes:
   check_mode:
@@ -277,6 +272,7 @@ from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_helm import (
     ensure_present,
     module_helm,
 )
+from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_kube import KUBE_ARGUMENT_SPEC
 from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_lease import (
     RUN_LOCK_ARGUMENT_SPEC,
     release_lock_check,
@@ -292,8 +288,7 @@ def argument_spec() -> dict:
         "values": {"type": "dict", "default": {}},
         "values_template": {"type": "path"},
         "template_vars": {"type": "dict", "default": {}},
-        "kubeconfig": {"type": "path"},
-        "context": {"type": "str"},
+        **KUBE_ARGUMENT_SPEC,
         "helm_binary": {"type": "str", "default": "helm"},
         "wait": {"type": "bool", "default": True},
         "timeout": {"type": "str", "default": "5m"},

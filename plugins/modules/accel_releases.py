@@ -37,12 +37,6 @@ options:
     description: How many releases are installed or upgraded at once.
     type: int
     default: 4
-  kubeconfig:
-    description: Kubeconfig file passed to helm as C(--kubeconfig); helm's default when omitted.
-    type: path
-  context:
-    description: Kubeconfig context passed to helm as C(--kube-context).
-    type: str
   helm_binary:
     description:
       - The helm to run. A bare name is looked up on C(PATH), then in C(~/.cache/kube-accel/bin).
@@ -83,6 +77,7 @@ options:
         its own lock does not count as another run's.
     type: str
 extends_documentation_fragment:
+  - kube_accel.gpu.kube_client
   - ansible.builtin.action_common_attributes
 attributes:
   check_mode:
@@ -150,6 +145,7 @@ from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_helm import (
     module_helm,
     release_specs,
 )
+from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_kube import KUBE_ARGUMENT_SPEC
 from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_lease import (
     RUN_LOCK_ARGUMENT_SPEC,
     release_lock_check,
@@ -170,8 +166,7 @@ def main() -> None:
             "releases": {"type": "list", "elements": "dict", "required": True},
             "namespace": {"type": "str", "default": "kube-accel"},
             "parallel": {"type": "int", "default": 4},
-            "kubeconfig": {"type": "path"},
-            "context": {"type": "str"},
+            **KUBE_ARGUMENT_SPEC,
             "helm_binary": {"type": "str", "default": "helm"},
             "wait": {"type": "bool", "default": True},
             "timeout": {"type": "str", "default": "5m"},

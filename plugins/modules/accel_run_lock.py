@@ -63,13 +63,8 @@ options:
     description: Seconds the renewer renews at most when it has no ansible-playbook process to watch.
     type: int
     default: 14400
-  kubeconfig:
-    description: Kubeconfig file; the kubernetes client's default when omitted.
-    type: path
-  context:
-    description: Kubeconfig context.
-    type: str
 extends_documentation_fragment:
+  - kube_accel.gpu.kube_client
   - ansible.builtin.action_common_attributes
 attributes:
   check_mode:

@@ -120,7 +120,7 @@ def _cases():
 
 def _releases(inventory: str) -> list[dict]:
     pools = accel_pools.collect_pools(_inventory_hosts(inventory))
-    return accel_pool_filters.accel_releases(pools, _play_cluster(inventory))
+    return accel_pool_filters.accel_pool_releases(pools, _play_cluster(inventory))
 
 
 CASES = _cases()

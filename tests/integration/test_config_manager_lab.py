@@ -1,6 +1,6 @@
 """NVIDIA k8s-device-plugin v0.20.0's config-manager (the built binary) against the lab's API server (issue 15 c).
 
-The pgpu and mps charts are rendered with the lab's release values (the cluster play's accel_releases). Their
+The pgpu and mps charts are rendered with the lab's release values (the cluster play's accel_pool_releases). Their
 config-manager containers run with exactly their rendered env; only what a pod gets from the kubelet moves:
 KUBECONFIG (in-cluster -> the lab's), NODE_NAME (fieldRef), and the ConfigMap mount and config destination
 (temporary directories). Changing nvidia.com/device-plugin.config on a lab node makes it write the matching

@@ -62,7 +62,7 @@ def test_each_hosts_os_release_reaches_its_nodes_labels():
 def test_releases_point_at_their_chart_directory():
     pools = filters.accel_pools_of(list(HOSTS), HOSTS)
     cluster = {"image_registry": "", "image_pull_secrets": []}
-    assert [r["chart"] for r in filters.accel_releases(pools, cluster)] == ["mps", "pgpu"]
-    releases = filters.accel_releases(pools, cluster, chart_dir="/srv/charts")
+    assert [r["chart"] for r in filters.accel_pool_releases(pools, cluster)] == ["mps", "pgpu"]
+    releases = filters.accel_pool_releases(pools, cluster, chart_dir="/srv/charts")
     assert [(r["name"], r["chart"], r["pools"]) for r in releases] == [
         ("kube-accel-mps", "/srv/charts/mps", ["mps"]), ("kube-accel-pgpu", "/srv/charts/pgpu", ["mig"])]

@@ -5,7 +5,7 @@ The graph is read from the code itself: ``import_playbook``, ``roles:``, ``inclu
 roles/*/meta/main.yml; task keys that name a custom module (plugins/modules, roles/*/library); ``| filter`` and
 ``map('filter')`` uses in playbooks and in role tasks, handlers, defaults, vars and templates, mapped to the filter
 file that defines the filter; charts a role installs (a release module's chart path ending in a charts/ directory,
-and for a role that feeds the ``accel_releases`` filter to that module, every chart ``accel_pools.chart_for`` picks
+and for a role that feeds the ``accel_pool_releases`` filter to that module, every chart ``accel_pools.chart_for`` picks
 for a release of any mode). The test fails when the diagram's nodes or edges differ and says which. To redraw the
 diagram after a change:
 
@@ -56,7 +56,7 @@ def filter_files() -> dict[str, str]:
 
 
 def pool_charts() -> set[str]:
-    """Every chart the accel_releases filter can pick: accel_pools.chart_for of the release key of every mode."""
+    """Every chart the accel_pool_releases filter can pick: accel_pools.chart_for of the release key of every mode."""
     from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_constants, accel_pools  # noqa: PLC0415
 
     keys = set()
@@ -158,9 +158,9 @@ class Graph:
                 self.uses_filters(src, yaml.safe_load(file.read_text()))
         for file in sorted((path / "templates").glob("**/*.j2")):
             self.uses_filters(src, file.read_text())
-        # A role that installs releases (the accel_releases module) built by the accel_releases filter installs
+        # A role that installs releases (the accel_releases module) built by the accel_pool_releases filter installs
         # every chart that filter can pick.
-        if (src, "mod:accel_releases") in self.edges and self._uses(path, "accel_releases"):
+        if (src, "mod:accel_releases") in self.edges and self._uses(path, "accel_pool_releases"):
             for chart in pool_charts():
                 self.add(src, f"chart:{chart}")
 

@@ -1,11 +1,13 @@
 # Copyright: kube-accel contributors
 # Apache License 2.0
-"""Helm release logic behind the ``accel_release`` module.
-
-Everything that decides something lives here so it can be unit-tested without Ansible: helm version
-detection, argv construction for helm v3 and v4, values rendering and schema validation, the change decision,
-diffs and the mapping of helm's stderr to readable errors. The module only wires Ansible's parameters and
+"""Helm releases for the ``accel_release`` and ``accel_releases`` modules: finding helm, the helm client (argv for helm
+v3 and v4), and the operations (install or upgrade when something differs, roll back a failed release, recover a
+pending one, uninstall). Unit-tested without Ansible; the modules only wire Ansible's parameters and
 ``run_command`` to it.
+
+One concern per file beside it: ``accel_helm_values`` (merging, templates, schema errors), ``accel_helm_chart`` (a
+chart read from disk), ``accel_helm_diff`` (the change decision and the diff), ``accel_helm_errors`` (helm's stderr
+in words a user can act on), ``accel_helm_recovery`` (pending and failed releases).
 
 Idempotence without the helm-diff plugin: the desired release is rendered with
 ``helm upgrade --install --dry-run=server -o json`` (the same code path, capabilities and
@@ -16,29 +18,58 @@ the real upgrade run.
 
 from __future__ import annotations
 
-import copy
-import difflib
 import json
 import os
 import re
 import shlex
 import shutil
-import tarfile
 import tempfile
 import traceback
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import Any
 
-try:
-    import yaml
-except ImportError:  # on the host that runs helm; the modules fail with missing_required_lib("PyYAML")
-    yaml = None
-    YAML_IMPORT_ERROR = traceback.format_exc()
-else:
-    YAML_IMPORT_ERROR = None
+from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_helm_chart import (
+    is_local_chart,
+    load_yaml_text,
+    read_local_chart,
+)
+from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_helm_diff import (
+    Deployed,
+    Desired,
+    build_diff,
+    clean_manifest,
+    decide,
+    manifest_objects,
+)
+from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_helm_errors import (
+    UNREACHABLE,
+    HelmError,
+    explain_failure,
+    explain_rollout_failure,
+)
+from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_helm_recovery import (
+    GO_DURATION,
+    PENDING_STATES,
+    Pending,
+    age_text,
+    duration_seconds,
+    last_good,
+    pending_of,
+    recovery_text,
+    still_alive,
+    utcnow,
+)
+from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_helm_values import (
+    coalesce,
+    deep_merge,
+    normalize,
+    render_values_template,
+    schema_errors,
+    values_yaml,
+)
 
 # (rc, stdout, stderr) for an argv; Ansible's module.run_command in production, a fake in unit tests.
 Runner = Callable[[Sequence[str]], tuple[int, str, str]]
@@ -47,64 +78,9 @@ Runner = Callable[[Sequence[str]], tuple[int, str, str]]
 # lock cannot be read. accel_lease.other_holder over the cluster's Lease in production.
 LockCheck = Callable[[], "str | None"]
 
-# libyaml's parser when PyYAML has it (same safe subset): the pure-Python one spends about 0.3 s per release
-# reading back and comparing the manifests.
-SAFE_LOADER = getattr(yaml, "CSafeLoader", None) or getattr(yaml, "SafeLoader", None)
 
 # Where scripts/toolchain.sh links the pinned helm; tried after PATH so the lab works without a system helm.
 TOOLCHAIN_BIN = os.path.join(os.path.expanduser("~"), ".cache", "kube-accel", "bin")
-
-# Release states helm writes while an operation is in flight; an upgrade on top of them is refused by helm.
-PENDING_STATES = ("pending-install", "pending-upgrade", "pending-rollback")
-
-# Kinds without a namespace, so the objects list does not invent one for them.
-CLUSTER_SCOPED_KINDS = frozenset(
-    {
-        "APIService",
-        "CSIDriver",
-        "CSINode",
-        "ClusterRole",
-        "ClusterRoleBinding",
-        "CustomResourceDefinition",
-        "IngressClass",
-        "MutatingWebhookConfiguration",
-        "Namespace",
-        "Node",
-        "PersistentVolume",
-        "PriorityClass",
-        "RuntimeClass",
-        "StorageClass",
-        "ValidatingAdmissionPolicy",
-        "ValidatingAdmissionPolicyBinding",
-        "ValidatingWebhookConfiguration",
-        "VolumeAttachment",
-    }
-)
-
-# stderr fragments that mean "the API server could not be reached or refused us", not a chart problem.
-_UNREACHABLE = (
-    "kubernetes cluster unreachable",
-    "connection refused",
-    "no such host",
-    "i/o timeout",
-    "tls handshake timeout",
-    "x509:",
-    "unauthorized",
-    "the server has asked for the client to provide credentials",
-    "no configuration has been provided",
-    "invalid configuration",
-)
-
-
-class HelmError(Exception):
-    """A failure with a message meant for the user; ``stderr`` and ``command`` are returned alongside it."""
-
-    def __init__(self, msg: str, stderr: str = "", command: Sequence[str] | None = None, **extra: Any):
-        super().__init__(msg)
-        self.msg = msg
-        self.stderr = stderr
-        self.command = list(command) if command else None
-        self.extra = extra
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -136,390 +112,6 @@ def parse_helm_version(text: str) -> tuple[int, int, int]:
     if not match:
         raise HelmError(f"cannot read helm's version from {text.strip()!r}")
     return int(match.group(1)), int(match.group(2)), int(match.group(3) or 0)
-
-
-# ----------------------------------------------------------------------------------------------------------
-# values
-
-
-def deep_merge(base: dict, override: dict) -> dict:
-    """``override`` laid over ``base``; nested dicts merge, everything else (lists included) is replaced."""
-    out = copy.deepcopy(base)
-    for key, value in override.items():
-        if isinstance(value, dict) and isinstance(out.get(key), dict):
-            out[key] = deep_merge(out[key], value)
-        else:
-            out[key] = copy.deepcopy(value)
-    return out
-
-
-def coalesce(defaults: dict, user: dict) -> dict:
-    """What helm validates against the schema: chart defaults, user values on top; a null removes a key."""
-    out = copy.deepcopy(defaults)
-    for key, value in user.items():
-        if value is None:
-            out.pop(key, None)
-        elif isinstance(value, dict) and isinstance(out.get(key), dict):
-            out[key] = coalesce(out[key], value)
-        else:
-            out[key] = copy.deepcopy(value)
-    return out
-
-
-def normalize(values: Any) -> Any:
-    """Values as helm stores them (JSON round trip), so 1 vs 1.0 or tuple vs list never count as a change."""
-    if values is None:
-        return {}
-    return json.loads(json.dumps(values, sort_keys=True, default=str))
-
-
-def render_values_template(path: str, variables: dict) -> dict:
-    """Render a Jinja2 values template with ``variables`` and parse the result as a YAML mapping."""
-    import jinja2  # only needed when values_template is used
-
-    try:
-        with open(path, encoding="utf-8") as handle:
-            source = handle.read()
-    except OSError as exc:
-        raise HelmError(f"cannot read values_template {path}: {exc.strerror}") from None
-    env = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True, autoescape=False)
-    env.filters["to_yaml"] = lambda v: yaml.safe_dump(v, default_flow_style=True).rstrip("\n").removesuffix("...")
-    env.filters["to_nice_yaml"] = lambda v, indent=2: yaml.safe_dump(v, default_flow_style=False, indent=indent)
-    env.filters["to_json"] = lambda v: json.dumps(v, sort_keys=True)
-    try:
-        text = env.from_string(source).render(**variables)
-    except jinja2.TemplateError as exc:
-        where = f" line {exc.lineno}" if getattr(exc, "lineno", None) else ""
-        raise HelmError(f"values_template {path}{where}: {exc}") from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise HelmError(f"values_template {path} did not render to valid YAML: {exc}") from None
-    if data is None:
-        return {}
-    if not isinstance(data, dict):
-        raise HelmError(f"values_template {path} must render to a YAML mapping, got {type(data).__name__}")
-    return data
-
-
-def values_yaml(values: dict) -> str:
-    return yaml.safe_dump(normalize(values), default_flow_style=False, sort_keys=True) if values else "{}\n"
-
-
-# ----------------------------------------------------------------------------------------------------------
-# schema validation
-
-
-def _json_path(parts: Sequence[Any]) -> str:
-    out = ""
-    for part in parts:
-        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
-    return out or "(root)"
-
-
-def _short(value: Any, limit: int = 80) -> str:
-    text = json.dumps(value, sort_keys=True, default=str)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-# How each common JSON Schema keyword reads after the offending value.
-_CONSTRAINTS = {
-    "enum": "is not one of the allowed values {}",
-    "const": "is not the required value {}",
-    "type": "is not of type {}",
-    "minimum": "is below the minimum {}",
-    "maximum": "is above the maximum {}",
-    "exclusiveMinimum": "must be greater than {}",
-    "exclusiveMaximum": "must be less than {}",
-    "pattern": "does not match the pattern {}",
-    "minLength": "is shorter than the minimum length {}",
-    "maxLength": "is longer than the maximum length {}",
-    "minItems": "has fewer items than the minimum {}",
-    "maxItems": "has more items than the maximum {}",
-    "uniqueItems": "has duplicate items",
-    "multipleOf": "is not a multiple of {}",
-    "format": "is not a valid {}",
-}
-
-
-def _constraint(err: Any) -> str:
-    phrase = _CONSTRAINTS.get(err.validator)
-    if phrase is None:
-        return f"violates {err.validator}: {_short(err.validator_value)}"
-    return phrase.format(_short(err.validator_value))
-
-
-def schema_errors(schema: dict, values: dict) -> list[str]:
-    """One readable line per violation: field path, bad value, the constraint and the schema's description."""
-    import jsonschema
-
-    cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft7Validator)
-    try:
-        cls.check_schema(schema)
-    except jsonschema.SchemaError as exc:
-        return [f"the chart's values.schema.json is itself invalid: {exc.message}"]
-    lines = []
-    for err in sorted(cls(schema).iter_errors(values), key=lambda e: (list(map(str, e.absolute_path)), e.validator)):
-        line = f"{_json_path(list(err.absolute_path))}: {_short(err.instance)} {_constraint(err)}"
-        if err.validator in ("required", "additionalProperties", "dependentRequired", "propertyNames"):
-            # The bad value is the whole parent object; jsonschema's own message names the key at fault.
-            line = f"{_json_path(list(err.absolute_path))}: {err.message}"
-        description = err.schema.get("description") if isinstance(err.schema, dict) else None
-        if description:
-            line += f" ({description})"
-        for sub in err.context or ():  # anyOf/oneOf: say what each branch wanted
-            line += f"\n    - {_json_path(list(sub.absolute_path))}: {sub.message}"
-        lines.append(line)
-    return lines
-
-
-# ----------------------------------------------------------------------------------------------------------
-# local chart files
-
-
-@dataclass
-class LocalChart:
-    """A chart's metadata, default values and schema, when the chart can be read from disk."""
-
-    metadata: dict
-    defaults: dict
-    schema: dict | None
-
-
-def _load_yaml_text(text: str, what: str) -> dict:
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise HelmError(f"{what} is not valid YAML: {exc}") from None
-    return data if isinstance(data, dict) else {}
-
-
-def _load_json_text(text: str, what: str) -> dict:
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise HelmError(f"{what} is not valid JSON: {exc}") from None
-
-
-def read_local_chart(path: str) -> LocalChart:
-    """Read Chart.yaml, values.yaml and values.schema.json from a chart directory or packaged .tgz."""
-    files: dict[str, str] = {}
-    wanted = ("Chart.yaml", "values.yaml", "values.schema.json")
-    if os.path.isdir(path):
-        for name in wanted:
-            full = os.path.join(path, name)
-            if os.path.isfile(full):
-                with open(full, encoding="utf-8") as handle:
-                    files[name] = handle.read()
-    else:
-        try:
-            with tarfile.open(path, "r:*") as tar:
-                for member in tar.getmembers():
-                    top, _unused, rest = member.name.partition("/")
-                    if top and rest in wanted and member.isfile():
-                        extracted = tar.extractfile(member)
-                        if extracted is not None:
-                            files[rest] = extracted.read().decode("utf-8")
-        except (OSError, tarfile.TarError) as exc:
-            raise HelmError(f"cannot read chart archive {path}: {exc}") from None
-    if "Chart.yaml" not in files:
-        raise HelmError(f"{path} is not a helm chart (no Chart.yaml)")
-    schema = None
-    if "values.schema.json" in files:
-        schema = _load_json_text(files["values.schema.json"], f"{path}/values.schema.json")
-    return LocalChart(
-        metadata=_load_yaml_text(files["Chart.yaml"], f"{path}/Chart.yaml"),
-        defaults=_load_yaml_text(files.get("values.yaml", ""), f"{path}/values.yaml"),
-        schema=schema,
-    )
-
-
-def is_local_chart(chart: str) -> bool:
-    return os.path.exists(chart) and not chart.startswith(("oci://", "http://", "https://"))
-
-
-# ----------------------------------------------------------------------------------------------------------
-# manifests and the change decision
-
-
-def manifest_docs(manifest: str) -> list[dict]:
-    try:
-        return [doc for doc in yaml.load_all(manifest or "", Loader=SAFE_LOADER) if isinstance(doc, dict)]
-    except yaml.YAMLError as exc:
-        raise HelmError(f"cannot parse the release manifest: {exc}") from None
-
-
-def manifest_objects(manifest: str, namespace: str) -> list[dict]:
-    """kind/name/namespace of each manifest object; namespaced objects default to the release namespace."""
-    objects = []
-    for doc in manifest_docs(manifest):
-        kind = doc.get("kind", "")
-        meta = doc.get("metadata") or {}
-        ns = None if kind in CLUSTER_SCOPED_KINDS else meta.get("namespace") or namespace
-        objects.append({"kind": kind, "name": meta.get("name", ""), "namespace": ns})
-    return objects
-
-
-def _object_key(doc: dict) -> str:
-    meta = doc.get("metadata") or {}
-    ns = meta.get("namespace")
-    return f"{doc.get('kind', '?')}/{ns + '/' if ns else ''}{meta.get('name', '?')}"
-
-
-@dataclass
-class Deployed:
-    """The release as helm reports it; ``None`` fields when there is no release."""
-
-    revision: int
-    status: str
-    chart: str  # helm list's "<name>-<version>"
-    app_version: str
-    values: dict
-    manifest: str
-
-
-@dataclass
-class Desired:
-    chart_name: str
-    chart_version: str
-    app_version: str
-    values: dict
-    manifest: str | None  # None when it could not be rendered (release busy): decided on the rest
-
-
-@dataclass
-class Decision:
-    changed: bool
-    reasons: list[str] = field(default_factory=list)
-
-
-def decide(desired: Desired, deployed: Deployed | None) -> Decision:
-    """Would ``helm upgrade`` change anything? Reasons say what, in words, for check mode and logs."""
-    if deployed is None:
-        return Decision(True, [f"release not installed: would install {desired.chart_name}-{desired.chart_version}"])
-    reasons = []
-    if deployed.status != "deployed":
-        reasons.append(f"release status is {deployed.status!r}, not 'deployed'")
-    want_chart = f"{desired.chart_name}-{desired.chart_version}"
-    if deployed.chart != want_chart:
-        reasons.append(f"chart {deployed.chart} -> {want_chart}")
-    if desired.app_version and deployed.app_version != desired.app_version:
-        reasons.append(f"app version {deployed.app_version or '(none)'} -> {desired.app_version}")
-    before, after = normalize(deployed.values), normalize(desired.values)
-    if before != after:
-        reasons.append("values differ: " + ", ".join(_changed_keys(before, after)))
-    if desired.manifest is not None:
-        old = {_object_key(d): d for d in manifest_docs(deployed.manifest)}
-        new = {_object_key(d): d for d in manifest_docs(desired.manifest)}
-        changed_objects = sorted(k for k in old.keys() | new.keys() if old.get(k) != new.get(k))
-        if changed_objects:
-            reasons.append("manifest differs: " + ", ".join(changed_objects))
-    return Decision(bool(reasons), reasons)
-
-
-def _changed_keys(before: Any, after: Any, prefix: str = "") -> list[str]:
-    if isinstance(before, dict) and isinstance(after, dict):
-        keys = []
-        for key in sorted(before.keys() | after.keys()):
-            path = f"{prefix}.{key}" if prefix else str(key)
-            if key not in before or key not in after:
-                keys.append(path)
-            elif before[key] != after[key]:
-                keys.extend(_changed_keys(before[key], after[key], path))
-        return keys
-    return [prefix or "(root)"]
-
-
-def build_diff(name: str, deployed: Deployed | None, desired: Desired) -> list[dict]:
-    """Ansible diff entries (values as YAML, then the manifest) that the callback prints as unified diffs."""
-    before_values = values_yaml(deployed.values) if deployed else ""
-    rev = f"revision {deployed.revision}" if deployed else "not installed"
-    entries = [
-        {
-            "before_header": f"{name} values ({rev})",
-            "after_header": f"{name} values (desired)",
-            "before": before_values,
-            "after": values_yaml(desired.values),
-        }
-    ]
-    if desired.manifest is not None:
-        entries.append(
-            {
-                "before_header": f"{name} manifest ({rev})",
-                "after_header": f"{name} manifest (desired)",
-                "before": _clean_manifest(deployed.manifest) if deployed else "",
-                "after": _clean_manifest(desired.manifest),
-            }
-        )
-    return entries
-
-
-def _clean_manifest(text: str) -> str:
-    return text.strip("\n") + "\n" if text and text.strip() else ""
-
-
-def unified_diff(entries: list[dict]) -> str:
-    """The same diff as one text, roughly as Ansible's callback prints it (for tests and logs)."""
-    out = []
-    for entry in entries:
-        out.extend(
-            difflib.unified_diff(
-                entry["before"].splitlines(keepends=True),
-                entry["after"].splitlines(keepends=True),
-                fromfile=entry["before_header"],
-                tofile=entry["after_header"],
-            )
-        )
-    return "".join(out)
-
-
-# ----------------------------------------------------------------------------------------------------------
-# error mapping
-
-
-def explain_failure(action: str, rc: int, stderr: str, kubeconfig: str | None, context: str | None) -> str:
-    """A one-paragraph message for a failed helm call; helm's own last line is always kept."""
-    text = (stderr or "").strip()
-    low = text.lower()
-    last = text.splitlines()[-1] if text else f"helm exited with rc {rc} and no message"
-    where = f"kubeconfig {kubeconfig or os.environ.get('KUBECONFIG') or '~/.kube/config'}"
-    if context:
-        where += f", context {context}"
-    match = re.search(r'context "([^"]+)" does not exist', text)
-    if match:
-        return f"{action}: kube context {match.group(1)!r} does not exist in {where.split(',', maxsplit=1)[0]}: {last}"
-    if any(fragment in low for fragment in _UNREACHABLE):
-        return f"{action}: cannot reach the Kubernetes cluster ({where}): {last}"
-    if "another operation (install/upgrade/rollback) is in progress" in low:
-        return (
-            f"{action}: the release is locked by another helm operation (pending state); wait for it or "
-            f"roll it back with `helm rollback`: {last}"
-        )
-    if "values don't meet the specifications of the schema" in low:
-        return f"{action}: helm rejected the values against the chart's schema: {text}"
-    return f"{action} failed: {last}"
-
-
-def explain_rollout_failure(
-    name: str, stderr: str, atomic: bool, timeout: str, before: Deployed | None, after: Deployed | None
-) -> str:
-    """Why an upgrade failed and, with atomic, where the release stands now (read back after the failure)."""
-    text = (stderr or "").strip()
-    low = text.lower()
-    timed_out = any(s in low for s in ("timed out", "context deadline exceeded", "deadline exceeded"))
-    cause = f"its resources did not become ready within {timeout}" if timed_out else "helm reported an error"
-    verb = "upgrade" if before is not None else "install"
-    msg = f"helm {verb} of release {name!r} failed: {cause}"
-    if atomic:
-        if before is None and after is None:
-            msg += "; the failed install was removed automatically"
-        elif before is not None and after is not None and after.status == "deployed":
-            msg += f"; rolled back automatically, revision {after.revision} is deployed again"
-        else:
-            status = f"revision {after.revision} is {after.status}" if after else "state unknown"
-            msg += f"; automatic rollback did not restore a deployed revision ({status}, see `helm history`)"
-    lines = text.splitlines()
-    return msg + (f". helm said: {lines[-1]}" if lines else "")
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -669,7 +261,7 @@ class Helm:
 
     def show_chart(self, chart: str, version: str | None) -> dict:
         argv = [self.binary, "show", "chart", chart, *(["--version", version] if version else [])]
-        return _load_yaml_text(self.call(argv, f"reading chart {chart}"), f"Chart.yaml of {chart}")
+        return load_yaml_text(self.call(argv, f"reading chart {chart}"), f"Chart.yaml of {chart}")
 
     def pull(self, chart: str, version: str | None, dest: str) -> str:
         argv = [
@@ -744,7 +336,7 @@ def ensure_present(helm: Helm, spec: ReleaseSpec, *, check_mode: bool, diff_mode
     if deployed is not None and deployed.status == "failed":
         deployed, recovery = _recover_failed(helm, spec, deployed, result, check_mode)
     elif deployed is not None and deployed.status in PENDING_STATES:
-        deployed, recovery = recover_pending(helm, spec, deployed, result, check_mode, run_lock, clock or _utcnow)
+        deployed, recovery = recover_pending(helm, spec, deployed, result, check_mode, run_lock, clock or utcnow)
     try:
         return _converge(helm, spec, deployed, recovery, result, check_mode=check_mode, diff_mode=diff_mode)
     finally:
@@ -793,7 +385,7 @@ def _converge(helm: Helm, spec: ReleaseSpec, deployed: Deployed | None, recovery
         rc, out, err = helm.run(argv)
         if rc != 0:
             after = _safe_deployed(helm, spec)
-            if any(fragment in (err or "").lower() for fragment in _UNREACHABLE):
+            if any(fragment in (err or "").lower() for fragment in UNREACHABLE):
                 msg = explain_failure(f"helm upgrade of release {spec.name!r}", rc, err, helm.kubeconfig, helm.context)
             else:
                 msg = explain_rollout_failure(spec.name, err, spec.atomic, spec.timeout, deployed, after)
@@ -871,120 +463,12 @@ def ensure_each_present(helm: Helm, specs: Sequence[ReleaseSpec], *, check_mode:
     return results, failures
 
 
-def _utcnow() -> datetime:
-    return datetime.now(timezone.utc)
-
-
-def last_good(entries: Sequence[dict]) -> int | None:
-    """From ``helm history``: the deployed revision, else the newest superseded one."""
-    for wanted in ("deployed", "superseded"):
-        revisions = [int(e["revision"]) for e in entries if e.get("status") == wanted]
-        if revisions:
-            return max(revisions)
-    return None
-
-
-_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ns|us|µs|ms|s|m|h)")
-_DURATION_UNIT = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
-
-
-def duration_seconds(text: str) -> float:
-    """A Go duration (``90s``, ``5m``, ``1h30m``) in seconds."""
-    if not GO_DURATION.match(text or ""):
-        raise HelmError(f"{text!r} is not a duration helm understands (e.g. 90s, 5m, 1h30m)")
-    return sum(float(n) * _DURATION_UNIT[u] for n, u in _DURATION_PART.findall(text))
-
-
-def parse_helm_time(text: str) -> datetime | None:
-    """helm history's ``updated`` (RFC 3339 with nanoseconds) -> aware datetime; None when unreadable."""
-    match = re.match(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(\d+))?(Z|[+-]\d\d:\d\d)$", (text or "").strip())
-    if not match:
-        return None
-    base, frac, zone = match.groups()
-    iso = f"{base}.{(frac or '0')[:6].ljust(6, '0')}{'+00:00' if zone == 'Z' else zone}"
-    try:
-        return datetime.fromisoformat(iso)
-    except ValueError:
-        return None
-
-
-def _age(seconds: float) -> str:
-    seconds = max(0, int(seconds))
-    if seconds < 60:
-        return f"{seconds}s"
-    if seconds < 3600:
-        return f"{seconds // 60}m{seconds % 60:02d}s"
-    return f"{seconds // 3600}h{(seconds % 3600) // 60:02d}m"
-
-
-@dataclass
-class Pending:
-    """A release left in a pending state, as ``helm history`` shows it."""
-
-    status: str
-    revision: int
-    age: float | None  # seconds since helm wrote the pending revision; None when its time is unreadable
-    good_revision: int | None  # what a rollback goes back to; None for a first install
-
-    @property
-    def action(self) -> str:
-        return "reinstall" if self.good_revision is None else "rollback"
-
-
-def pending_of(entries: Sequence[dict], now: datetime) -> Pending | None:
-    """The newest revision when it is pending (helm writes it before the operation and updates it after)."""
-    if not entries:
-        return None
-    newest = max(entries, key=lambda e: int(e.get("revision") or 0))
-    if newest.get("status") not in PENDING_STATES:
-        return None
-    updated = parse_helm_time(str(newest.get("updated") or ""))
-    return Pending(
-        status=newest["status"],
-        revision=int(newest["revision"]),
-        age=(now - updated).total_seconds() if updated else None,
-        good_revision=last_good([e for e in entries if e is not newest]),
-    )
-
-
-def still_alive(pending: Pending, timeout_s: float, holder: str | None) -> list[str]:
-    """Why the operation behind ``pending`` may still be running; empty when it is provably over.
-
-    Provably over: no other kube-accel run holds the run lock, and the pending revision is older than the
-    operation's timeout (helm stops waiting then, and an atomic one would have written a rollback revision).
-    """
-    reasons = []
-    if holder:
-        reasons.append(f"another kube-accel run holds the run lock: {holder}")
-    if pending.age is None:
-        reasons.append(f"the time of revision {pending.revision} cannot be read from `helm history`")
-    elif pending.age <= timeout_s:
-        reasons.append(f"revision {pending.revision} was written {_age(pending.age)} ago, within the operation's "
-                       f"timeout ({_age(timeout_s)})")
-    return reasons
-
-
 def recovery_argv(helm: Helm, spec: ReleaseSpec, pending: Pending) -> list[str]:
     """What an operator runs to unlock the release: uninstall a pending first install, else roll back."""
     if pending.good_revision is None:
         return helm.uninstall_argv(spec.name, spec.namespace, True, spec.timeout)
     return helm.rollback_argv(spec.name, spec.namespace, pending.good_revision, spec.wait or spec.atomic,
                               spec.timeout)
-
-
-def recovery_text(name: str, recovered: dict) -> str:
-    """The recovery in words, for --diff and logs."""
-    done = "would" if recovered.get("check_mode") else "did"
-    if recovered["action"] == "reinstall":
-        what = "uninstall it and install it again"
-    else:
-        what = f"roll back to revision {recovered['to_revision']}, then upgrade if it still differs"
-    return (
-        f"release {name}: found {recovered['status']} revision {recovered['revision']}, "
-        f"{_age(recovered['age_s'])} old, older than the timeout ({recovered['timeout']}) and no other run holding "
-        f"the run lock: the operation that wrote it is dead. Recovery ({done}): {what}.\n"
-        f"  $ {shlex.join(recovered['command'])}\n"
-    )
 
 
 def recover_pending(
@@ -1009,7 +493,7 @@ def recover_pending(
         holder = f"unknown (the run lock could not be read: {exc})"
     argv = recovery_argv(helm, spec, pending)
     reasons = still_alive(pending, timeout_s, holder)
-    age = _age(pending.age) if pending.age is not None else "unknown"
+    age = age_text(pending.age) if pending.age is not None else "unknown"
     if reasons:
         after = "install it again" if pending.action == "reinstall" else "upgrade it"
         raise HelmError(
@@ -1113,7 +597,7 @@ def ensure_absent(
             {
                 "before_header": f"{name} manifest (revision {deployed.revision})",
                 "after_header": f"{name} (absent)",
-                "before": _clean_manifest(deployed.manifest),
+                "before": clean_manifest(deployed.manifest),
                 "after": "",
             },
         ]
@@ -1126,7 +610,6 @@ def ensure_absent(
 
 
 # Go's time.ParseDuration grammar, so a typo fails here rather than deep inside helm.
-GO_DURATION = re.compile(r"^(\d+(\.\d+)?(ns|us|µs|ms|s|m|h))+$")
 
 
 def module_helm(module: Any, validate_schema: bool) -> Helm:

@@ -264,7 +264,6 @@ import traceback
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_helm import (
-    YAML_IMPORT_ERROR,
     HelmError,
     ReleaseSpec,
     desired_values,
@@ -272,6 +271,7 @@ from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_helm import (
     ensure_present,
     module_helm,
 )
+from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_helm_values import YAML_IMPORT_ERROR
 from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_kube import KUBE_ARGUMENT_SPEC
 from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_lease import (
     RUN_LOCK_ARGUMENT_SPEC,

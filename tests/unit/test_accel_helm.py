@@ -14,6 +14,11 @@ from pathlib import Path
 import pytest
 import yaml
 from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_helm as ah
+from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_helm_chart as hchart
+from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_helm_diff as hdiff
+from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_helm_errors as herr
+from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_helm_recovery as hrec
+from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_helm_values as hval
 
 TINY = Path(__file__).resolve().parents[1] / "data" / "charts" / "tiny"
 
@@ -145,9 +150,9 @@ def test_parse_helm_version(text, expected):
 
 
 def test_helm_2_or_garbage_refused():
-    with pytest.raises(ah.HelmError, match="use helm 3 or 4"):
+    with pytest.raises(herr.HelmError, match="use helm 3 or 4"):
         ah.Helm("/h", FakeHelm(version="v2.17.0"))
-    with pytest.raises(ah.HelmError, match="cannot read helm's version"):
+    with pytest.raises(herr.HelmError, match="cannot read helm's version"):
         ah.Helm("/h", FakeHelm(version="nonsense"))
 
 
@@ -211,53 +216,53 @@ def desired(**over):
         "manifest": MANIFEST_V1,
     }
     base.update(over)
-    return ah.Desired(**base)
+    return hdiff.Desired(**base)
 
 
 def deployed(**over):
     rel = deployed_release(**over)
-    return ah.Deployed(**rel)
+    return hdiff.Deployed(**rel)
 
 
 def test_same_release_is_not_a_change():
-    decision = ah.decide(desired(values={"replicas": 1.0}), deployed())  # JSON numbers: 1 == 1.0
-    assert decision == ah.Decision(False, [])
+    decision = hdiff.decide(desired(values={"replicas": 1.0}), deployed())  # JSON numbers: 1 == 1.0
+    assert decision == hdiff.Decision(False, [])
 
 
 def test_not_installed_is_a_change():
-    decision = ah.decide(desired(), None)
+    decision = hdiff.decide(desired(), None)
     assert decision.changed and "not installed" in decision.reasons[0]
 
 
 def test_values_differ_names_the_keys():
-    decision = ah.decide(desired(values={"replicas": 1, "podLabels": {"a": "b"}}), deployed())
+    decision = hdiff.decide(desired(values={"replicas": 1, "podLabels": {"a": "b"}}), deployed())
     assert decision.changed
     assert "values differ: podLabels" in decision.reasons
 
 
 def test_chart_version_differs():
-    decision = ah.decide(desired(chart_version="0.2.0"), deployed())
+    decision = hdiff.decide(desired(chart_version="0.2.0"), deployed())
     assert decision.reasons == ["chart tiny-0.1.0 -> tiny-0.2.0"]
 
 
 def test_manifest_differs_names_the_objects():
-    decision = ah.decide(desired(manifest=MANIFEST_V2), deployed())
+    decision = hdiff.decide(desired(manifest=MANIFEST_V2), deployed())
     assert decision.reasons == ["manifest differs: ConfigMap/rel-tiny, Deployment/rel-tiny"]
 
 
 def test_manifest_whitespace_and_comments_do_not_count():
     reformatted = MANIFEST_V1.replace("# Source: tiny/templates/configmap.yaml\n", "") + "\n\n"
-    assert not ah.decide(desired(manifest=reformatted), deployed()).changed
+    assert not hdiff.decide(desired(manifest=reformatted), deployed()).changed
 
 
 @pytest.mark.parametrize("status", ["failed", "pending-upgrade", "superseded"])
 def test_failed_or_pending_status_is_a_change(status):
-    decision = ah.decide(desired(), deployed(status=status))
+    decision = hdiff.decide(desired(), deployed(status=status))
     assert decision.changed and decision.reasons == [f"release status is '{status}', not 'deployed'"]
 
 
 def test_unrendered_manifest_decides_on_the_rest():
-    assert not ah.decide(desired(manifest=None), deployed()).changed
+    assert not hdiff.decide(desired(manifest=None), deployed()).changed
 
 
 # ---------------------------------------------------------------------------------------------------------- ensure
@@ -288,7 +293,7 @@ def test_check_mode_reports_without_upgrading():
     assert result["changed"] is True and fake.real_upgrades() == []
     assert result["revision"] == 1
     assert "--atomic" in result["command"]
-    text = ah.unified_diff(result["diff"])
+    text = hdiff.unified_diff(result["diff"])
     assert "-replicas: 1\n" in text and "+replicas: 2\n" in text  # values
     assert '-  replicas: "1"' in text and '+  replicas: "2"' in text  # manifest
 
@@ -311,7 +316,7 @@ def test_failed_rollout_reports_rollback_and_stderr():
         "context deadline exceeded\n"
     )
     fake = FakeHelm(release=deployed_release(), upgrade=(1, "", stderr))
-    with pytest.raises(ah.HelmError) as err:
+    with pytest.raises(herr.HelmError) as err:
         present(fake, values={"replicas": 2}, timeout="20s")
     # After the failed attempt helm list shows the rollback revision as deployed; the fake still says 1.
     assert "did not become ready within 20s" in err.value.msg
@@ -326,7 +331,7 @@ def test_unreachable_cluster_is_named():
         return 1, "", 'Error: Kubernetes cluster unreachable: Get "https://127.0.0.1:6443/version": connection refused'
 
     helm = ah.Helm("/h", runner, kubeconfig="/lab/kubeconfig")
-    with pytest.raises(ah.HelmError) as err:
+    with pytest.raises(herr.HelmError) as err:
         ah.ensure_present(helm, spec(), check_mode=False, diff_mode=False, validate=False)
     assert "cannot reach the Kubernetes cluster (kubeconfig /lab/kubeconfig)" in err.value.msg
     assert "connection refused" in err.value.msg and "connection refused" in err.value.stderr
@@ -354,7 +359,7 @@ def test_absent_is_idempotent_and_uninstalls_when_present():
 
 def test_schema_failure_names_field_value_and_constraint():
     fake = FakeHelm()
-    with pytest.raises(ah.HelmError) as err:
+    with pytest.raises(herr.HelmError) as err:
         present(fake, values={"replicas": 9, "mode": "mig", "bogus": 1})
     msg = err.value.msg
     assert "chart tiny-0.1.0's values.schema.json (3 problems)" in msg
@@ -383,19 +388,19 @@ def test_schema_paths_inside_arrays_and_required_fields():
             }
         },
     }
-    lines = ah.schema_errors(schema, {"pools": [{"name": "a", "gpus": 1}, {"gpus": 0}]})
+    lines = hval.schema_errors(schema, {"pools": [{"name": "a", "gpus": 1}, {"gpus": 0}]})
     assert lines == [
         "pools[1]: 'name' is a required property",
         "pools[1].gpus: 0 is below the minimum 1 (GPUs per node)",
     ]
-    assert ah.schema_errors(schema, {}) == ["(root): 'pools' is a required property"]
+    assert hval.schema_errors(schema, {}) == ["(root): 'pools' is a required property"]
 
 
 def test_chart_defaults_satisfy_schema_before_user_values():
-    local = ah.read_local_chart(str(TINY))
-    assert ah.schema_errors(local.schema, ah.coalesce(local.defaults, {})) == []
+    local = hchart.read_local_chart(str(TINY))
+    assert hval.schema_errors(local.schema, hval.coalesce(local.defaults, {})) == []
     # A null removes a default, as helm's coalescing does.
-    assert "image" not in ah.coalesce(local.defaults, {"image": None})
+    assert "image" not in hval.coalesce(local.defaults, {"image": None})
 
 
 def test_packaged_chart_is_read(tmp_path):
@@ -404,7 +409,7 @@ def test_packaged_chart_is_read(tmp_path):
     archive = tmp_path / "tiny-0.1.0.tgz"
     with tarfile.open(archive, "w:gz") as tar:
         tar.add(TINY, arcname="tiny")
-    local = ah.read_local_chart(str(archive))
+    local = hchart.read_local_chart(str(archive))
     assert local.metadata["version"] == "0.1.0" and local.schema["additionalProperties"] is False
 
 
@@ -427,17 +432,17 @@ def test_values_template_rendered_and_merged_under_values(tmp_path):
 def test_values_template_undefined_variable_is_a_clear_error(tmp_path):
     template = tmp_path / "values.yaml.j2"
     template.write_text("replicas: {{ missing }}\n")
-    with pytest.raises(ah.HelmError, match=r"values_template .*values.yaml.j2.*'missing' is undefined"):
+    with pytest.raises(herr.HelmError, match=r"values_template .*values.yaml.j2.*'missing' is undefined"):
         ah.desired_values({}, str(template), {})
     template.write_text("- a list\n")
-    with pytest.raises(ah.HelmError, match="must render to a YAML mapping"):
+    with pytest.raises(herr.HelmError, match="must render to a YAML mapping"):
         ah.desired_values({}, str(template), {})
 
 
 def test_manifest_objects_namespaces():
     manifest = MANIFEST_V1 + "---\napiVersion: v1\nkind: Namespace\nmetadata:\n  name: x\n"
     manifest += "---\napiVersion: v1\nkind: Service\nmetadata:\n  name: s\n  namespace: other\n"
-    assert ah.manifest_objects(manifest, "ns") == [
+    assert hdiff.manifest_objects(manifest, "ns") == [
         {"kind": "ConfigMap", "name": "rel-tiny", "namespace": "ns"},
         {"kind": "Deployment", "name": "rel-tiny", "namespace": "ns"},
         {"kind": "Namespace", "name": "x", "namespace": None},
@@ -450,9 +455,9 @@ def test_manifest_objects_namespaces():
 
 def test_helm_missing_is_explained(tmp_path, monkeypatch):
     monkeypatch.setattr(ah, "TOOLCHAIN_BIN", str(tmp_path))
-    with pytest.raises(ah.HelmError, match=r"helm binary 'helm' not found on PATH nor in .*set helm_binary"):
+    with pytest.raises(herr.HelmError, match=r"helm binary 'helm' not found on PATH nor in .*set helm_binary"):
         ah.find_helm("helm", which=lambda _name: None)
-    with pytest.raises(ah.HelmError, match="does not exist or is not executable"):
+    with pytest.raises(herr.HelmError, match="does not exist or is not executable"):
         ah.find_helm(str(tmp_path / "nohelm"))
     cached = tmp_path / "helm4"
     cached.write_text("#!/bin/sh\n")
@@ -477,32 +482,32 @@ def test_helm_missing_is_explained(tmp_path, monkeypatch):
     ],
 )
 def test_explain_failure(stderr, expected):
-    assert expected in ah.explain_failure("x", 1, stderr, "/kc", "lab")
+    assert expected in herr.explain_failure("x", 1, stderr, "/kc", "lab")
 
 
 def test_diff_text_is_readable_yaml():
-    entries = ah.build_diff("rel", deployed(values={"a": {"b": 1}}), desired(values={"a": {"b": 2}, "c": [1]}))
-    text = ah.unified_diff(entries)
+    entries = hdiff.build_diff("rel", deployed(values={"a": {"b": 1}}), desired(values={"a": {"b": 2}, "c": [1]}))
+    text = hdiff.unified_diff(entries)
     assert "--- rel values (revision 1)\n+++ rel values (desired)\n" in text
     assert "-  b: 1\n+  b: 2\n" in text and "+c:\n+- 1\n" in text
     assert entries[1]["before_header"] == "rel manifest (revision 1)"
     assert "rel manifest" not in text  # identical manifests add no hunk
-    fresh = ah.build_diff("rel", None, desired())
+    fresh = hdiff.build_diff("rel", None, desired())
     assert fresh[0]["before"] == "" and fresh[1]["after"].startswith("---")
 
 
 def test_rollout_failure_says_where_the_release_stands():
     timeout_err = "Error: UPGRADE FAILED: context deadline exceeded"
-    rolled = ah.explain_rollout_failure("rel", timeout_err, True, "20s", deployed(), deployed(revision=3))
+    rolled = herr.explain_rollout_failure("rel", timeout_err, True, "20s", deployed(), deployed(revision=3))
     assert rolled == (
         "helm upgrade of release 'rel' failed: its resources did not become ready within 20s; rolled back "
         "automatically, revision 3 is deployed again. helm said: Error: UPGRADE FAILED: context deadline exceeded"
     )
-    removed = ah.explain_rollout_failure("rel", "Error: INSTALLATION FAILED: boom", True, "1m", None, None)
+    removed = herr.explain_rollout_failure("rel", "Error: INSTALLATION FAILED: boom", True, "1m", None, None)
     assert removed.startswith("helm install of release 'rel' failed: helm reported an error; the failed install")
-    stuck = ah.explain_rollout_failure("rel", "x", True, "1m", deployed(), deployed(revision=2, status="failed"))
+    stuck = herr.explain_rollout_failure("rel", "x", True, "1m", deployed(), deployed(revision=2, status="failed"))
     assert "did not restore a deployed revision (revision 2 is failed" in stuck
-    plain = ah.explain_rollout_failure("rel", "x", False, "1m", deployed(), deployed(revision=2, status="failed"))
+    plain = herr.explain_rollout_failure("rel", "x", False, "1m", deployed(), deployed(revision=2, status="failed"))
     assert "rolled back" not in plain and "rollback" not in plain
 
 
@@ -569,7 +574,7 @@ def test_release_specs_take_shared_settings_and_ignore_other_keys():
 
 def test_release_specs_report_every_problem():
     items = [{"name": "a"}, {"name": "b", "chart": "c", "values": ["x"]}, {"name": "b", "chart": "c"}]
-    with pytest.raises(ah.HelmError) as err:
+    with pytest.raises(herr.HelmError) as err:
         ah.release_specs(items, namespace="ns")
     assert err.value.msg == (
         "invalid releases: releases[0] needs a name and a chart (got name='a', chart=None); "
@@ -631,7 +636,7 @@ def test_unexpected_errors_become_messages_per_release():
 # ---------------------------------------------------------------------------------------------------------- pending
 
 
-NOW = ah.parse_helm_time("2026-11-23T12:00:00Z")
+NOW = hrec.parse_helm_time("2026-11-23T12:00:00Z")
 
 
 def at(seconds_ago: float) -> str:
@@ -648,11 +653,11 @@ def pending_present(fake, check=False, diff=False, holder=None, **spec_over):
 
 
 def test_helm_time_and_durations():
-    assert ah.parse_helm_time("2026-11-23T17:26:43.649038325Z").microsecond == 649038
-    assert ah.parse_helm_time("2026-11-23T17:26:43+02:00").utcoffset().total_seconds() == 7200
-    assert ah.parse_helm_time("Mon Nov 23 17:26:53 2026") is None
-    assert ah.duration_seconds("1h30m") == 5400 and ah.duration_seconds("90s") == 90
-    assert ah.duration_seconds("1.5m") == 90
+    assert hrec.parse_helm_time("2026-11-23T17:26:43.649038325Z").microsecond == 649038
+    assert hrec.parse_helm_time("2026-11-23T17:26:43+02:00").utcoffset().total_seconds() == 7200
+    assert hrec.parse_helm_time("Mon Nov 23 17:26:53 2026") is None
+    assert hrec.duration_seconds("1h30m") == 5400 and hrec.duration_seconds("90s") == 90
+    assert hrec.duration_seconds("1.5m") == 90
 
 
 @pytest.mark.parametrize(
@@ -674,7 +679,7 @@ def test_helm_time_and_durations():
     ],
 )
 def test_pending_of_reads_the_newest_revision_and_what_to_go_back_to(entries, expected):
-    found = ah.pending_of(entries, NOW)
+    found = hrec.pending_of(entries, NOW)
     assert (found.status, found.revision, round(found.age), found.good_revision) == expected
     assert found.action == ("reinstall" if expected[3] is None else "rollback")
 
@@ -682,8 +687,8 @@ def test_pending_of_reads_the_newest_revision_and_what_to_go_back_to(entries, ex
 def test_not_pending_when_the_newest_revision_is_settled():
     entries = [{"revision": 1, "status": "pending-upgrade", "updated": at(900)},
                {"revision": 2, "status": "deployed", "updated": at(800)}]
-    assert ah.pending_of(entries, NOW) is None
-    assert ah.pending_of([], NOW) is None
+    assert hrec.pending_of(entries, NOW) is None
+    assert hrec.pending_of([], NOW) is None
 
 
 @pytest.mark.parametrize(
@@ -696,7 +701,7 @@ def test_not_pending_when_the_newest_revision_is_settled():
     ],
 )
 def test_still_alive_decision(age, holder, alive):
-    reasons = ah.still_alive(ah.Pending("pending-upgrade", 3, age, 2), 300, holder)
+    reasons = hrec.still_alive(hrec.Pending("pending-upgrade", 3, age, 2), 300, holder)
     assert len(reasons) == len(alive)
     for reason, fragment in zip(reasons, alive, strict=True):
         assert fragment in reason
@@ -755,7 +760,7 @@ def test_live_or_unprovable_pending_fails_with_what_to_run(age, holder, why, com
     fake = FakeHelm(release=deployed_release(revision=2, status="pending-upgrade"))
     fake.history = [{"revision": 1, "status": "deployed", "updated": at(900)},
                     {"revision": 2, "status": "pending-upgrade", "updated": at(age)}]
-    with pytest.raises(ah.HelmError) as caught:
+    with pytest.raises(herr.HelmError) as caught:
         pending_present(fake, holder=holder)
     err = caught.value
     assert "release 'rel' (namespace ns) is pending-upgrade at revision 2" in err.msg
@@ -773,7 +778,8 @@ def test_unreadable_lock_proves_nothing():
         raise RuntimeError("connection refused")
 
     helm = ah.Helm("/usr/bin/helm", fake)
-    with pytest.raises(ah.HelmError, match=r"could not be read: connection refused.*run: /usr/bin/helm uninstall rel"):
+    with pytest.raises(herr.HelmError,
+                       match=r"could not be read: connection refused.*run: /usr/bin/helm uninstall rel"):
         ah.ensure_present(helm, spec(), check_mode=False, diff_mode=False, validate=False, run_lock=broken,
                           clock=lambda: NOW)
     assert "uninstall" not in fake.subcommands()

@@ -7,18 +7,10 @@ from __future__ import annotations
 import json
 import os
 import tarfile
-import traceback
 from dataclasses import dataclass
 
-try:
-    import yaml
-except ImportError:  # on the host that runs helm; the modules fail with missing_required_lib("PyYAML")
-    yaml = None
-    YAML_IMPORT_ERROR = traceback.format_exc()
-else:
-    YAML_IMPORT_ERROR = None
-
 from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_helm_errors import HelmError
+from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_yaml import yaml
 
 
 @dataclass

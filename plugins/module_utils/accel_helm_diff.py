@@ -6,24 +6,12 @@ diff that ``--diff`` shows. Idempotence without the helm-diff plugin."""
 from __future__ import annotations
 
 import difflib
-import traceback
 from dataclasses import dataclass, field
 from typing import Any
 
 from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_helm_errors import HelmError
 from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_helm_values import normalize, values_yaml
-
-try:
-    import yaml
-except ImportError:  # on the host that runs helm; the modules fail with missing_required_lib("PyYAML")
-    yaml = None
-    YAML_IMPORT_ERROR = traceback.format_exc()
-else:
-    YAML_IMPORT_ERROR = None
-
-# libyaml's parser when PyYAML has it (same safe subset): the pure-Python one spends about 0.3 s per release
-# reading back and comparing the manifests.
-SAFE_LOADER = getattr(yaml, "CSafeLoader", None) or getattr(yaml, "SafeLoader", None)
+from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_yaml import SAFE_LOADER, yaml
 
 # Kinds without a namespace, so the objects list does not invent one for them.
 CLUSTER_SCOPED_KINDS = frozenset(

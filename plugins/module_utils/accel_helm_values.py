@@ -7,19 +7,11 @@ from __future__ import annotations
 
 import copy
 import json
-import traceback
 from collections.abc import Sequence
 from typing import Any
 
 from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_helm_errors import HelmError
-
-try:
-    import yaml
-except ImportError:  # on the host that runs helm; the modules fail with missing_required_lib("PyYAML")
-    yaml = None
-    YAML_IMPORT_ERROR = traceback.format_exc()
-else:
-    YAML_IMPORT_ERROR = None
+from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_yaml import yaml
 
 
 def deep_merge(base: dict, override: dict) -> dict:

@@ -16,12 +16,9 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-try:
-    import yaml
-except ImportError:  # controller-side only (filters), where PyYAML comes with ansible-core
-    yaml = None
 from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_constants import LABELS
 from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_mig import mig_parted_config_for_hosts
+from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_yaml import yaml
 
 OPERATOR_CHART_VERSION = "v26.7.0"
 MIG_PARTED_CONFIGMAP = "kube-accel-mig-parted-config"

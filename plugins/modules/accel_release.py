@@ -271,12 +271,12 @@ from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_helm import (
     ensure_present,
     module_helm,
 )
-from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_helm_values import YAML_IMPORT_ERROR
 from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_kube import KUBE_ARGUMENT_SPEC
 from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_lease import (
     RUN_LOCK_ARGUMENT_SPEC,
     release_lock_check,
 )
+from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_yaml import YAML_IMPORT_ERROR
 
 
 def argument_spec() -> dict:

@@ -174,7 +174,7 @@ def node_manifest(name: str, hostvars: dict) -> dict:
     and the gpu-feature-discovery labels are the lab's stand-in for the device plugin and GFD (recorded NVML
     snapshot); verify does not count that capacity as evidence on fake nodes."""
     settings = accel_pools.pool_settings(hostvars)
-    count, product, memory = gpu_summary(NVML_DATA / f"{settings['lab_gpu']}.json")
+    count, product, memory = gpu_summary(NVML_DATA / f"{settings['accel_lab_gpu']}.json")
     resources = {k: str(v) for k, v in accel_pools.advertised_resources(settings, count, memory).items()}
     base = {"cpu": "64", "memory": "512Gi", "pods": "110"}
     labels = {
@@ -351,10 +351,10 @@ def start_hami(site: Site, hosts: dict[str, dict], first: dict) -> None:
     started = time.time()
     gpus = {}
     for name, hv in hosts.items():
-        if accel_pools.pool_settings(hv).get("pool") in release["pools"]:
+        if hv.get("accel_pool") in release["pools"]:
             from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_gpu_facts  # noqa: PLC0415
 
-            snapshot = NVML_DATA / f"{accel_pools.pool_settings(hv)['lab_gpu']}.json"
+            snapshot = NVML_DATA / f"{hv['accel_lab_gpu']}.json"
             recorded = accel_gpu_facts.gather(accel_gpu_facts.RecordedSource.from_file(str(snapshot)))["gpus"]
             # Lab hosts share snapshots; real GPUs' UUIDs are unique, so each host gets its own, derived.
             gpus[name] = [{**g, "uuid": "GPU-" + str(uuid.uuid5(uuid.NAMESPACE_URL, name + "/" + g["uuid"]))}

@@ -166,17 +166,16 @@ def running(root: Path) -> dict[str, int]:
 
 
 def hami_release(hosts: dict[str, dict], cluster: dict) -> dict | None:
-    """The lab's vgpu-hami release exactly as the cluster play computes it (accel_releases), or None."""
+    """The lab's vgpu-hami release exactly as the cluster play computes it, or None."""
     return next((r for r in releases(hosts, cluster) if r["key"] == "vgpu-hami"), None)
 
 
 def releases(hosts: dict[str, dict], cluster: dict) -> list[dict]:
-    """The releases the cluster play installs for these hosts (accel_releases: name, key, chart, values, pools)."""
-    # The cluster play's own filter.
-    from ansible_collections.kube_accel.gpu.plugins.filter import accel_pool_filters  # noqa: PLC0415
-    from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_pools  # noqa: PLC0415
+    """The releases the cluster play installs for these hosts (accel_chart_values.pool_releases: name, key, chart,
+    values, pools), by the code the play's accel_pool_releases filter calls."""
+    from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_chart_values, accel_pools  # noqa: PLC0415
 
-    return accel_pool_filters.accel_pool_releases(accel_pools.collect_pools(hosts), cluster)
+    return accel_chart_values.pool_releases(accel_pools.collect_pools(hosts), cluster)
 
 
 def render(release: dict, namespace: str, kube_version: str, workdir: Path) -> list[dict]:
@@ -439,13 +438,16 @@ def run_gpu_operator(root: Path, kubeconfig: Path, c: dict, src: Path, namespace
 # -- the HAMi device-plugin stand-in ---------------------------------------------------------------------------
 
 
-def registration(gpus: list[dict], device_config: dict) -> list[dict]:
+def registration(gpus: list[dict], device_config: dict, node_config: dict | None = None) -> list[dict]:
     """HAMi's DeviceInfo list for the recorded GPUs, as the plugin builds it (plugin/register.go:118-189) and
-    device.MarshalNodeDevices encodes it (field order and omitempty of pkg/device/devices.go:127)."""
+    device.MarshalNodeDevices encodes it (field order and omitempty of pkg/device/devices.go:127). ``node_config``:
+    the node's entry of the chart's nodeconfig, whose set values override the device config (plugin/server.go
+    readFromConfigFile)."""
     nv = device_config.get("nvidia", {})
-    split = int(nv.get("deviceSplitCount", 10))
-    mem_scaling = float(nv.get("deviceMemoryScaling", 1))
-    core_scaling = float(nv.get("deviceCoreScaling", 1))
+    node = node_config or {}
+    split = int(node.get("devicesplitcount") or nv.get("deviceSplitCount", 10))
+    mem_scaling = float(node.get("devicememoryscaling") or nv.get("deviceMemoryScaling", 1))
+    core_scaling = float(node.get("devicecorescaling") or nv.get("deviceCoreScaling", 1))
     out = []
     for idx, gpu in enumerate(gpus):
         model = gpu["name"] if gpu["name"].startswith("NVIDIA") else f"NVIDIA-{gpu['name']}"
@@ -483,7 +485,10 @@ def standin(root: Path, hosts_json: Path) -> None:
                            if "device-config.yaml" in (cm.data or {})), None)
                 if dc is None:
                     continue
-                value = json.dumps(registration(gpus_of[node], dc), separators=(",", ":"))
+                nodeconfig = next((json.loads(cm.data["config.json"]).get("nodeconfig") or [] for cm in cms.items
+                                   if "config.json" in (cm.data or {})), [])
+                entry = next((e for e in nodeconfig if e.get("name") == node), None)
+                value = json.dumps(registration(gpus_of[node], dc, entry), separators=(",", ":"))
                 if written.get(node) != value:
                     api.patch_node(node, {"metadata": {"annotations": {HAMI_REGISTER: value}}})
                     written[node] = value

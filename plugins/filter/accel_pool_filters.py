@@ -4,9 +4,7 @@
 
 from __future__ import annotations
 
-import os
-
-from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_pools
+from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_chart_values, accel_pools, accel_verify
 
 # Facts of every host the pools need: its GPUs, and its os-release as the preflight read it (NFD's OS labels).
 HOST_FACTS = ("nvidia_gpus", "preflight_os_release")
@@ -69,53 +67,14 @@ def accel_managed_label_keys(_unused=None):
     return sorted(accel_pools.managed_label_keys())
 
 
-def accel_pool_releases(pools, cluster, prefix="kube-accel", chart_dir=""):
-    """Pools grouped into releases: [{name, chart, values, pools}] (one per mode, one per vGPU backend).
-
-    ``chart`` is the chart's directory name under charts/, or its path under ``chart_dir`` when given.
-    """
-    grouped: dict[str, list] = {}
-    for pool in pools:
-        grouped.setdefault(accel_pools.release_key(pool["settings"]), []).append(pool)
-    releases = []
-    for key in sorted(grouped):
-        members = grouped[key]
-        memory = {p["pool"]: p.get("gpu_memory_mib", 0) for p in members}
-        releases.append({
-            "name": f"{prefix}-{key}",
-            "key": key,
-            "chart": os.path.join(chart_dir, accel_pools.chart_for(key)) if chart_dir else accel_pools.chart_for(key),
-            "values": accel_pools.release_values(key, members, cluster, memory),
-            "pools": [p["pool"] for p in members],
-        })
-    return releases
+def accel_pool_releases(pools, cluster, prefix=accel_chart_values.RELEASE_PREFIX, chart_dir=""):
+    """Pools grouped into releases with their chart values (accel_chart_values.pool_releases)."""
+    return accel_chart_values.pool_releases(pools, cluster, prefix, chart_dir)
 
 
 def accel_verify_pools(pools, releases):
-    """The verify module's pool list: expected labels, resources and the Job request per pool."""
-    by_pool = {pool: r["name"] for r in releases for pool in r["pools"]}
-    hami = {pool: (r["values"].get("hami") or {}).get("schedulerName", "hami-scheduler")
-            for r in releases if r["key"] == "vgpu-hami" for pool in r["pools"]}
-    out = []
-    for pool in pools:
-        settings = pool["settings"]
-        expected = accel_pools.advertised_resources(settings, pool.get("gpu_count", 0), pool.get("gpu_memory_mib", 0))
-        if not expected:
-            # No GPU facts for this pool: the resource must still be there, in any positive quantity.
-            expected = dict.fromkeys(accel_pools.advertised_resources(settings, 1, 16384), 0)
-        out.append({
-            "pool": pool["pool"],
-            "mode": settings["mode"],
-            "release": by_pool[pool["pool"]],
-            "nodes": pool["hosts"],
-            "labels": accel_pools.node_labels(settings),
-            "resources": expected,
-            "request": accel_pools.request_for(settings),
-            **({"scheduler_name": hami[pool["pool"]]} if pool["pool"] in hami else {}),
-            # HAMi's webhook takes every nvidia.com/gpu pod (README "HAMi and whole-GPU pools in one cluster").
-            **({"pod_labels": {"hami.io/webhook": "ignore"}} if hami and pool["pool"] not in hami else {}),
-        })
-    return out
+    """The verify module's pool list (accel_verify.expected_pools)."""
+    return accel_verify.expected_pools(pools, releases)
 
 
 class FilterModule:

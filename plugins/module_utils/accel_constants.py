@@ -9,6 +9,8 @@ LABEL_PREFIX = "kube-accel.io"
 
 MODES = ("vgpu", "pgpu", "mps", "timeslice")
 VGPU_BACKENDS = ("hami", "gpu-manager")
+# The NVIDIA GPU Operator release kube-accel's operator values are written for (accel_operator_values).
+GPU_OPERATOR_VERSION = "v26.7.0"
 # The oldest Kubernetes kube-accel supports: every chart's kubeVersion floor (charts/*/Chart.yaml; kept equal by
 # tests/charts/test_chart_constants.py), checked by the preflight before any host changes.
 MIN_KUBERNETES = (1, 25)

@@ -7,14 +7,33 @@ a "did you mean"), the preflight role's ``meta/argument_specs.yml`` is checked a
 unit tests, and the README's variable table can be rendered from ``VARIABLES``.
 
 Each entry: ``scope`` (``cluster``: group_vars/all; ``pool``: a pool group under ``gpu_pools``; ``lab``: the local
-lab only), ``type`` (Ansible argument-spec type), optional ``choices`` / ``elements``, and ``description``.
+lab only), ``type`` (Ansible argument-spec type), optional ``choices`` / ``elements``, ``description`` and
+``default``. A variable's default and limits are defined here only: the pool model (``accel_pools.pool_settings``)
+and the preflight read them from here, the README and the argument specs are rendered from here, and the roles'
+``| default(...)`` fallbacks are checked against them (tests/unit/test_inventory_defaults.py). A variable without a
+default is required where it applies (the preflight says when) or optional with no value.
 """
 
 from __future__ import annotations
 
 import difflib
 
-from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_constants import MODES, VGPU_BACKENDS
+from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_constants import (
+    GPU_OPERATOR_VERSION,
+    MODES,
+    VGPU_BACKENDS,
+)
+
+# MPS clients per GPU. The device plugin refuses fewer than 2 replicas; NVIDIA's nvidia-cuda-mps-control(1): "For
+# compute capability SM 3.5 through SM 6.0 the limit is 16 clients per GPU at a time. Compute capability SM 7.0 has a
+# limit of 48." Pre-Volta GPUs are refused for MPS altogether (accel_plan), so 48 is the limit kube-accel serves.
+MPS_MIN_REPLICAS = 2
+MPS_MAX_REPLICAS = 48
+# Time-slicing replicas per GPU. The plugin needs at least 2 (k8s-device-plugin v0.20.0 api/config/v1/replicas.go:251)
+# and sets no maximum; every replica is one more pod whose CUDA context (a few hundred MiB) shares the GPU's memory
+# without isolation, so kube-accel stops at 64, beyond which a pod's turn and memory share stop being useful.
+TIMESLICE_MIN_REPLICAS = 2
+TIMESLICE_MAX_REPLICAS = 64
 
 
 def _var(scope, type_, description, **extra):
@@ -30,9 +49,9 @@ VARIABLES: dict[str, dict] = {
     "accel_kubernetes_version": _var("cluster", "str",
                                      "Kubernetes minor version of the cluster (e.g. \"1.36\"); pGPU NUMA "
                                      "alignment needs 1.30 or newer (kubelet --config-dir)."),
-    "accel_namespace": _var("cluster", "str", "Namespace for kube-accel's charts."),
+    "accel_namespace": _var("cluster", "str", "Namespace for kube-accel's charts.", default="kube-accel"),
     "accel_run_lock_wait": _var("cluster", "int", "Seconds a run waits for another run's lock (Lease "
-                                "kube-accel-run in accel_namespace) before failing; 0 (default) fails at once."),
+                                "kube-accel-run in accel_namespace) before failing; 0 fails at once.", default=0),
     "accel_image_registry": _var("cluster", "str", "Registry mirror prefix for every image; empty = upstream."),
     "accel_image_pull_secrets": _var("cluster", "list", "Image pull secret names for the charts.",
                                      elements="str"),
@@ -41,27 +60,30 @@ VARIABLES: dict[str, dict] = {
                                       "webhook/extender and gpu-admission ports accept where NetworkPolicies are "
                                       "enforced.", elements="str"),
     "accel_reboot_policy": _var("cluster", "str", "\"auto\" cordons, drains, reboots and uncordons in batches; "
-                                "\"defer\" only reports hosts that need a reboot.", choices=["auto", "defer"]),
+                                "\"defer\" only reports hosts that need a reboot.", choices=["auto", "defer"],
+                                default="defer"),
     "accel_reboot_serial": _var("cluster", "raw", "Maintenance batch size (cluster nodes that change or reboot): a "
-                                "host count or a percentage (\"20%\")."),
+                                "host count or a percentage (\"20%\").", default="20%"),
     "accel_reboot_max_fail_percentage": _var("cluster", "int", "Stop the maintenance (no further batch is "
-                                             "cordoned) when more than this share of a batch fails."),
+                                             "cordoned) when more than this share of a batch fails.", default=0),
     "accel_gpu_operator_enabled": _var("cluster", "bool", "Deploy the NVIDIA GPU Operator (MIG manager, DCGM "
-                                       "exporter)."),
-    "accel_gpu_operator_chart": _var("cluster", "str", "GPU Operator chart repository URL or path."),
-    "accel_gpu_operator_chart_version": _var("cluster", "str", "GPU Operator chart version."),
+                                       "exporter).", default=False),
+    "accel_gpu_operator_chart": _var("cluster", "str", "GPU Operator chart repository URL or path.", default="https://helm.ngc.nvidia.com/nvidia"),
+    "accel_gpu_operator_chart_version": _var("cluster", "str", "GPU Operator chart version.",
+                                             default=GPU_OPERATOR_VERSION),
     "accel_gpu_operator_chart_fallback": _var("cluster", "str", "Local GPU Operator chart (directory or .tgz on "
                                               "the cluster host) installed when the accel_gpu_operator_chart "
                                               "repository does not answer; empty skips the install then, with a "
                                               "message."),
     "accel_gpu_operator_service_monitor": _var("cluster", "bool", "Create a Prometheus ServiceMonitor for the "
-                                               "DCGM exporter."),
+                                               "DCGM exporter.", default=False),
     "accel_gpu_operator_service_monitor_labels": _var("cluster", "dict", "Labels on the DCGM exporter's "
                                                       "ServiceMonitor, for a Prometheus that selects "
                                                       "ServiceMonitors by label (e.g. release: "
                                                       "kube-prometheus-stack)."),
     "accel_monitoring_enabled": _var("cluster", "bool", "Install charts/monitoring: Grafana dashboard, PrometheusRule "
-                                     "alerts (where the Prometheus Operator's CRD exists) (docs/monitoring.md)."),
+                                     "alerts (where the Prometheus Operator's CRD exists) (docs/monitoring.md).",
+                                     default=False),
     "accel_monitoring_rule_labels": _var("cluster", "dict", "Labels on the PrometheusRule, for a Prometheus that "
                                          "selects rules by label (e.g. release: kube-prometheus-stack)."),
     "accel_monitoring_dashboards_namespace": _var("cluster", "str", "Namespace of the dashboard ConfigMap (one "
@@ -73,52 +95,56 @@ VARIABLES: dict[str, dict] = {
     "accel_mode": _var("pool", "str", "GPU sharing mode of the pool's nodes.", choices=list(MODES)),
     "accel_vgpu_backend": _var("pool", "str", "vGPU implementation (mode vgpu). gpu-manager needs a CUDA 11.x "
                                "driver.", choices=list(VGPU_BACKENDS)),
-    "accel_vgpu_split_count": _var("pool", "int", "HAMi: tasks that may share one GPU."),
-    "accel_vgpu_memory_scaling": _var("pool", "float", "HAMi: device memory oversubscription factor."),
-    "accel_vgpu_core_scaling": _var("pool", "float", "HAMi: core oversubscription factor."),
+    "accel_vgpu_split_count": _var("pool", "int", "HAMi: tasks that may share one GPU.", default=10),
+    "accel_vgpu_memory_scaling": _var("pool", "float", "HAMi: device memory oversubscription factor.", default=1.0),
+    "accel_vgpu_core_scaling": _var("pool", "float", "HAMi: core oversubscription factor.", default=1.0),
     "accel_vgpu_scheduler_policy": _var("pool", "str", "HAMi GPU scheduling policy.",
-                                        choices=["binpack", "spread"]),
-    "accel_mps_replicas": _var("pool", "int", "MPS: clients per GPU (2..48, Volta or newer)."),
-    "accel_timeslice_replicas": _var("pool", "int", "Time-slicing: pods sharing each GPU in turns (2..64; mode "
-                                     "timeslice)."),
+                                        choices=["binpack", "spread"], default="binpack"),
+    "accel_mps_replicas": _var("pool", "int", f"MPS: clients per GPU ({MPS_MIN_REPLICAS}..{MPS_MAX_REPLICAS}, Volta or "
+                               "newer); required with accel_mode mps."),
+    "accel_timeslice_replicas": _var("pool", "int", "Time-slicing: pods sharing each GPU in turns "
+                                     f"({TIMESLICE_MIN_REPLICAS}..{TIMESLICE_MAX_REPLICAS}); required with "
+                                     "accel_mode timeslice."),
     "accel_timeslice_rename_by_default": _var("pool", "bool", "Time-slicing: advertise the replicas as "
-                                              "nvidia.com/gpu.shared (true, default) rather than nvidia.com/gpu."),
+                                              "nvidia.com/gpu.shared (true) rather than nvidia.com/gpu.",
+                                              default=True),
     "accel_timeslice_fail_requests_greater_than_one": _var("pool", "bool", "Time-slicing: refuse pods asking for "
-                                                           "more than one replica (true, default: one GPU per pod "
+                                                           "more than one replica (true: one GPU per pod "
                                                            "in turns); false lets a pod take several "
-                                                           "(oversubscription)."),
+                                                           "(oversubscription).", default=True),
     "accel_mig_strategy": _var("pool", "str", "Device plugin MIG strategy (mode pgpu only).",
-                               choices=["none", "single", "mixed"]),
+                               choices=["none", "single", "mixed"], default="none"),
     "accel_mig_owner": _var("pool", "str", "Who applies the MIG geometry: the GPU Operator's mig-manager or the "
-                            "host (systemd + mig-parted).", choices=["operator", "host"]),
+                            "host (systemd + mig-parted).", choices=["operator", "host"], default="operator"),
     "accel_mig_geometry": _var("pool", "dict", "MIG profile -> count, per GPU; checked against the GPU model's "
                                "placement rules."),
-    "accel_driver_branch": _var("pool", "str", "NVIDIA driver branch, e.g. \"550\"."),
+    "accel_driver_branch": _var("pool", "str", "NVIDIA driver branch, e.g. \"550\".", default="535"),
     "accel_driver_source": _var("pool", "str", "Where the driver packages come from.",
-                                choices=["distro", "cuda-repo"]),
+                                choices=["distro", "cuda-repo"], default="distro"),
     "accel_driver_repo_url": _var("pool", "str", "CUDA repository (or mirror) URL for driver_source cuda-repo."),
     "accel_driver_flavor": _var("pool", "str", "NVIDIA kernel modules: open (Turing and newer; the only ones "
                                 "Blackwell and Grace Hopper run with) or proprietary; unset: open only where a GPU "
                                 "needs them.", choices=["open", "proprietary"]),
     "accel_container_runtime": _var("pool", "str", "Container runtime configured for the NVIDIA runtime.",
-                                    choices=["containerd", "crio", "docker"]),
-    "accel_iommu": _var("pool", "bool", "Enable the IOMMU on the kernel command line."),
+                                    choices=["containerd", "crio", "docker"], default="containerd"),
+    "accel_iommu": _var("pool", "bool", "Enable the IOMMU on the kernel command line.", default=False),
     "accel_sriov_numvfs": _var("pool", "int", "SR-IOV virtual functions per GPU (0 = off); at most the GPU's "
-                               "sriov_totalvfs."),
+                               "sriov_totalvfs.", default=0),
     "accel_sriov_method": _var("pool", "str", "How SR-IOV virtual functions are created: sriov-manage (NVIDIA's "
-                               "tool, vGPU on Ampere and newer), sysfs (the kernel's sriov_numvfs); auto (default) "
-                               "picks by the GPUs' architecture.", choices=["auto", "sysfs", "sriov-manage"]),
+                               "tool, vGPU on Ampere and newer), sysfs (the kernel's sriov_numvfs); auto "
+                               "picks by the GPUs' architecture.", choices=["auto", "sysfs", "sriov-manage"],
+                               default="auto"),
     "accel_vfio_passthrough": _var("pool", "bool", "Bind the GPUs to vfio-pci for VM passthrough (needs the "
-                                   "IOMMU)."),
+                                   "IOMMU).", default=False),
     "accel_vfio_pci_ids": _var("pool", "list", "PCI vendor:device IDs bound to vfio-pci, \"vvvv:dddd\".",
                                elements="str"),
     "accel_numa_policy": _var("pool", "str", "kubelet Topology Manager policy for the pool's nodes.",
-                              choices=["none", "single-numa-node", "restricted", "best-effort"]),
-    "accel_node_taint": _var("pool", "bool", "Taint the pool's nodes so only GPU workloads land there."),
+                              choices=["none", "single-numa-node", "restricted", "best-effort"], default="none"),
+    "accel_node_taint": _var("pool", "bool", "Taint the pool's nodes so only GPU workloads land there.", default=False),
     "accel_hosts_fast_path": _var("pool", "bool", "Skip the host roles on a host that matches the record of its "
-                                  "last full run (roles/host_state); false runs them every time."),
+                                  "last full run (roles/host_state); false runs them every time.", default=True),
     # Lab only.
-    "accel_lab": _var("lab", "bool", "The hosts are lab containers without GPUs."),
+    "accel_lab": _var("lab", "bool", "The hosts are lab containers without GPUs.", default=False),
     "accel_lab_gpu": _var("lab", "str", "Name of the NVML snapshot (tests/data/nvml/<name>.json) a lab host "
                           "pretends to have."),
     "accel_nvml_snapshot": _var("lab", "path", "Path of an NVML snapshot JSON used instead of real NVML "
@@ -141,11 +167,22 @@ def argument_spec(scopes=("cluster", "pool", "lab")) -> dict:
         if entry["scope"] not in scopes:
             continue
         option = {"type": entry["type"], "required": False, "description": entry["description"]}
-        for key in ("choices", "elements"):
+        for key in ("choices", "elements", "default"):
             if key in entry:
                 option[key] = entry[key]
         spec[name] = option
     return spec
+
+
+def default_of(name: str):
+    """The default of a known variable; ``None`` when it has none."""
+    return VARIABLES[name].get("default")
+
+
+def defaults(scope: str) -> dict:
+    """name -> default of every variable of one scope that has a default."""
+    return {name: entry["default"] for name, entry in VARIABLES.items()
+            if entry["scope"] == scope and "default" in entry}
 
 
 def did_you_mean(name: str, candidates=None) -> str | None:
@@ -160,12 +197,20 @@ def did_you_mean(name: str, candidates=None) -> str | None:
 
 
 def variables_markdown(scopes=("cluster", "pool", "lab")) -> str:
-    """The variable table for READMEs: | Variable | Scope | Type | Allowed | Description |."""
-    rows = ["| Variable | Scope | Type | Allowed | Description |", "|---|---|---|---|---|"]
+    """The variable table for READMEs: | Variable | Scope | Type | Allowed | Default | Description |."""
+    rows = ["| Variable | Scope | Type | Allowed | Default | Description |", "|---|---|---|---|---|---|"]
     for name, entry in VARIABLES.items():
         if entry["scope"] not in scopes:
             continue
         kind = entry["type"] + (f" of {entry['elements']}" if "elements" in entry else "")
         allowed = ", ".join(f"`{c}`" for c in entry.get("choices", []))
-        rows.append(f"| `{name}` | {entry['scope']} | {kind} | {allowed} | {entry['description']} |")
+        default = f"`{_yaml_scalar(entry['default'])}`" if "default" in entry else ""
+        rows.append(f"| `{name}` | {entry['scope']} | {kind} | {allowed} | {default} | {entry['description']} |")
     return "\n".join(rows) + "\n"
+
+
+def _yaml_scalar(value) -> str:
+    """A default as an inventory would write it (true, 0, "20%")."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return f'"{value}"' if isinstance(value, str) else str(value)

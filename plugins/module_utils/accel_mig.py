@@ -267,7 +267,8 @@ def valid_combinations(family: str = "7x8", include_2x: bool = True, include_me:
     ranges = [range(fam["classes"][c].max_count + 1) for c in classes]
     found = []
     for counts in itertools.product(*ranges):
-        combo = {c: n for c, n in zip(classes, counts, strict=True) if n}
+        # Indexed, not zip(strict=True): module_utils run on the hosts' Python, 3.9 on RHEL 9.
+        combo = {c: counts[i] for i, c in enumerate(classes) if counts[i]}
         if combo and _fits(fam, combo):
             found.append(combo)
     return found

@@ -16,11 +16,12 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_constants import LABELS
+from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_constants import GPU_OPERATOR_VERSION, LABELS
 from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_mig import mig_parted_config_for_hosts
+from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_pools import operator_mig, setting_on
 from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_yaml import yaml
 
-OPERATOR_CHART_VERSION = "v26.7.0"
+OPERATOR_CHART_VERSION = GPU_OPERATOR_VERSION
 MIG_PARTED_CONFIGMAP = "kube-accel-mig-parted-config"
 
 # Operand -> (repository, image, version) as in the v26.7.0 chart defaults. kube-accel disables driver, toolkit,
@@ -69,25 +70,9 @@ def _mirror(repository: str, registry: str) -> str:
     return f"{registry.rstrip('/')}/{path}"
 
 
-def _flatten(pool: dict[str, Any]) -> dict[str, Any]:
-    """Accept flat pool dicts or accel_pools.collect_pools entries ({pool, settings, hosts})."""
-    flat = dict(pool.get("settings") or {})
-    flat.update({k: v for k, v in pool.items() if k != "settings"})
-    return flat
-
-
 def operator_mig_pools(pools: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Pools whose MIG layout the operator's mig-manager owns (pgpu mode, a geometry, mig_owner operator)."""
-    out = []
-    for pool in map(_flatten, pools):
-        if pool.get("mode") != "pgpu" or not pool.get("mig_geometry"):
-            continue
-        if pool.get("mig_strategy", "none") == "none":
-            continue
-        if pool.get("mig_owner", "operator") != "operator":
-            continue
-        out.append(pool)
-    return out
+    """Pools whose MIG layout the operator's mig-manager owns (accel_pools.operator_mig)."""
+    return [pool for pool in pools if operator_mig(pool["settings"])]
 
 
 def mig_parted_document(pools: list[dict[str, Any]]) -> dict[str, Any]:
@@ -98,8 +83,8 @@ def mig_parted_document(pools: list[dict[str, Any]]) -> dict[str, Any]:
     every model the geometry fits; ``all-disabled`` is always present. Raises ValueError for an illegal geometry.
     """
     hosts = {
-        str(pool.get("pool", index)): {"geometry": pool["mig_geometry"], "device_ids": pool.get("device_ids") or []}
-        for index, pool in enumerate(operator_mig_pools(pools))
+        pool["pool"]: {"geometry": pool["settings"]["accel_mig_geometry"], "device_ids": pool.get("device_ids") or []}
+        for pool in operator_mig_pools(pools)
     }
     return mig_parted_config_for_hosts(hosts)
 
@@ -107,8 +92,7 @@ def mig_parted_document(pools: list[dict[str, Any]]) -> dict[str, Any]:
 def gpu_operator_values(pools: list[dict[str, Any]], cluster: dict[str, Any] | None = None) -> dict[str, Any]:
     """Values for nvidia/gpu-operator v26.7.0.
 
-    ``pools``: pool dicts (pool, mode, mig_strategy, mig_geometry, mig_owner, device_ids, node_taint, ...), with
-    or without the ``accel_`` prefix removed (``accel_pools.pool_settings`` shape) or collect_pools entries.
+    ``pools``: accel_pools.collect_pools entries ({pool, settings, hosts}, optionally device_ids from the facts).
     ``cluster``: cluster settings, all optional:
       image_registry (""), image_pull_secrets ([]), service_monitor (False), service_monitor_interval ("15s"),
       service_monitor_labels ({}: ServiceMonitor labels a Prometheus selects on), dcgm_exporter (True),
@@ -118,7 +102,6 @@ def gpu_operator_values(pools: list[dict[str, Any]], cluster: dict[str, Any] | N
     no longer reads operator.defaultRuntime.
     """
     cluster = dict(cluster or {})
-    pools = [_flatten(p) for p in pools]
     registry = cluster.get("image_registry") or ""
     secrets = list(cluster.get("image_pull_secrets") or [])
     overrides = cluster.get("image_overrides") or {}
@@ -152,7 +135,7 @@ def gpu_operator_values(pools: list[dict[str, Any]], cluster: dict[str, Any] | N
         }
 
     mig_pools = operator_mig_pools(pools)
-    strategies = {p["mig_strategy"] for p in mig_pools}
+    strategies = {p["settings"]["accel_mig_strategy"] for p in mig_pools}
     # The operator's mig.strategy drives its GFD labels only (kube-accel's pgpu chart sets the strategy per node
     # through named device-plugin configs). Mixed pools, or disagreeing ones, need the per-profile view.
     values["mig"] = {"strategy": "single" if strategies == {"single"} else "mixed" if mig_pools else "single"}
@@ -160,7 +143,7 @@ def gpu_operator_values(pools: list[dict[str, Any]], cluster: dict[str, Any] | N
     taint_toleration = [{"key": LABELS["pool"], "operator": "Exists", "effect": "NoSchedule"}]
     values["daemonsets"] = {
         "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
-        + (taint_toleration if any(p.get("node_taint") for p in pools) else []),
+        + (taint_toleration if any(setting_on(p["settings"], "accel_node_taint") for p in pools) else []),
     }
     # The operator labels its own namespace for the privileged Pod Security level (state_manager.go
     # setPodSecurityLabelsForNamespace); the cluster play labels it too, before the install.

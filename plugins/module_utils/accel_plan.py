@@ -34,8 +34,13 @@ from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_constants imp
     VGPU_BACKENDS,
 )
 from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_inventory import (
+    MPS_MAX_REPLICAS,
+    MPS_MIN_REPLICAS,
     RUNTIME_FACTS,
+    TIMESLICE_MAX_REPLICAS,
+    TIMESLICE_MIN_REPLICAS,
     VARIABLES,
+    default_of,
     did_you_mean,
 )
 from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_mig import (
@@ -46,18 +51,10 @@ from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_mig import (
     model_for_device,
 )
 
-MPS_MIN_REPLICAS = 2
-# MPS client CUDA contexts per GPU by compute capability, newest first. NVIDIA's nvidia-cuda-mps-control(1): "For
-# compute capability SM 3.5 through SM 6.0 the limit is 16 clients per GPU at a time. Compute capability SM 7.0 has a
-# limit of 48." Pre-Volta GPUs are refused for MPS altogether, so the Volta row is the only one kube-accel serves.
-MPS_MAX_CLIENTS_BY_CC = (((7, 0), 48),)
-MPS_MAX_REPLICAS = MPS_MAX_CLIENTS_BY_CC[0][1]
+# MPS client CUDA contexts per GPU by compute capability, newest first (nvidia-cuda-mps-control(1); the limits are
+# accel_inventory's). Pre-Volta GPUs are refused for MPS altogether, so the Volta row is the only one kube-accel serves.
+MPS_MAX_CLIENTS_BY_CC = (((7, 0), MPS_MAX_REPLICAS),)
 MPS_MIN_COMPUTE_CAPABILITY = MPS_MAX_CLIENTS_BY_CC[-1][0]  # Volta: isolated client address spaces
-# Time-slicing replicas per GPU. The plugin needs at least 2 (k8s-device-plugin v0.20.0 api/config/v1/replicas.go:251)
-# and sets no maximum; every replica is one more pod whose CUDA context (a few hundred MiB) shares the GPU's memory
-# without isolation, so kube-accel stops at 64, beyond which a pod's turn and memory share stop being useful.
-TIMESLICE_MIN_REPLICAS = 2
-TIMESLICE_MAX_REPLICAS = 64
 TIMESLICE_VARIABLES = ("accel_timeslice_replicas", "accel_timeslice_rename_by_default",
                        "accel_timeslice_fail_requests_greater_than_one")
 GPU_MANAGER_MAX_CUDA_MAJOR = 11  # GPU-Manager's vcuda library intercepts the CUDA 11 driver API only
@@ -96,6 +93,10 @@ class Context:
 
     def get(self, name, default=None):
         return self.settings.get(name, default)
+
+    def value(self, name):
+        """The variable as the roles will use it: the inventory's value, else its default (accel_inventory)."""
+        return self.settings.get(name, default_of(name))
 
     @property
     def gpus(self) -> list:
@@ -372,17 +373,17 @@ def rule_mig_geometry(ctx: Context) -> list[str]:
 
 
 def rule_mig_owner(ctx: Context) -> list[str]:
-    if not ctx.get("accel_mig_geometry") or ctx.get("accel_mig_owner", "operator") != "operator":
+    if not ctx.get("accel_mig_geometry") or ctx.value("accel_mig_owner") != "operator":
         return []
     if "accel_gpu_operator_enabled" in ctx.settings and not _as_bool(ctx.get("accel_gpu_operator_enabled")):
-        return [ctx.problem("accel_mig_owner", ctx.get("accel_mig_owner", "operator"),
+        return [ctx.problem("accel_mig_owner", ctx.value("accel_mig_owner"),
                             "the GPU Operator's mig-manager applies the geometry, but accel_gpu_operator_enabled "
                             "is false", "accel_mig_owner: host, or accel_gpu_operator_enabled: true")]
     return []
 
 
 def rule_sriov(ctx: Context) -> list[str]:
-    raw = ctx.get("accel_sriov_numvfs", 0)
+    raw = ctx.value("accel_sriov_numvfs")
     problems = _int_problem(ctx, "accel_sriov_numvfs", raw, 0, None, "0 disables SR-IOV")
     if problems:
         return problems
@@ -400,9 +401,9 @@ def rule_sriov(ctx: Context) -> list[str]:
 
 def rule_vfio(ctx: Context) -> list[str]:
     problems = []
-    if _as_bool(ctx.get("accel_vfio_passthrough", False)):
+    if _as_bool(ctx.value("accel_vfio_passthrough")):
         iommu_on = bool((ctx.facts or {}).get("iommu_enabled"))
-        if not iommu_on and not _as_bool(ctx.get("accel_iommu", False)):
+        if not iommu_on and not _as_bool(ctx.value("accel_iommu")):
             problems.append(ctx.problem(
                 "accel_vfio_passthrough", ctx.get("accel_vfio_passthrough"),
                 "vfio-pci passthrough needs the IOMMU, which is neither enabled on this host (no "
@@ -436,7 +437,7 @@ def rule_control_plane_cidrs(ctx: Context) -> list[str]:
 
 
 def rule_kubernetes_numa(ctx: Context) -> list[str]:
-    policy = ctx.get("accel_numa_policy", "none")
+    policy = ctx.value("accel_numa_policy")
     if policy in (None, "none"):
         return []
     raw = ctx.get("accel_kubernetes_version", _UNSET)
@@ -580,7 +581,7 @@ def minimum_driver_branch(gpu: dict) -> tuple[int, str] | None:
 def rule_driver_branch_gpus(ctx: Context) -> list[str]:
     """The planned branch must know every GPU of the host (MIG minimums are rule_mig_geometry's)."""
     branch = _driver_branch(ctx.get("accel_driver_branch"))
-    if branch is None or _as_bool(ctx.get("accel_vfio_passthrough", False)):
+    if branch is None or _as_bool(ctx.value("accel_vfio_passthrough")):
         return []  # passthrough hosts run no host driver
     mig_pool = bool(ctx.get("accel_mig_geometry")) and ctx.get("accel_mode") == "pgpu"
     problems, seen = [], set()
@@ -622,7 +623,7 @@ def rule_driver_flavor(ctx: Context) -> list[str]:
     """accel_driver_flavor against the GPUs: Blackwell and Grace Hopper run only with the open kernel modules, which
     in turn exist only from Turing on (accel_driver.open_modules_required / open_modules_supported)."""
     flavor = ctx.get("accel_driver_flavor")
-    if flavor not in driver.FLAVORS or _as_bool(ctx.get("accel_vfio_passthrough", False)):
+    if flavor not in driver.FLAVORS or _as_bool(ctx.value("accel_vfio_passthrough")):
         return []  # unset: the role picks; bad value: the argument spec reports it; passthrough: no host driver
     problems, seen = [], set()
     for gpu in ctx.gpus:
@@ -645,7 +646,7 @@ def rule_fabric_manager(ctx: Context) -> list[str]:
     """An NVSwitch system (nvidia_gpus.nvswitch) needs NVIDIA Fabric Manager of the driver's exact version: a branch
     NVIDIA publishes none for leaves CUDA unable to use the GPUs."""
     facts = ctx.facts or {}
-    if not facts.get("nvswitch") or _as_bool(ctx.get("accel_vfio_passthrough", False)):
+    if not facts.get("nvswitch") or _as_bool(ctx.value("accel_vfio_passthrough")):
         return []
     raw = ctx.get("accel_driver_branch", _UNSET)
     if raw is _UNSET or _driver_branch(raw) is None or driver.fabric_manager_available(raw):

@@ -6,7 +6,40 @@ from __future__ import annotations
 
 from typing import Any
 
+from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_pools
+
 FAKE_NODE_ANNOTATION = "kwok.x-k8s.io/node"
+
+
+def expected_pools(pools: list[dict[str, Any]], releases: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The verify module's pool list: per pool, its release, the labels and resources it promises, the Job request.
+
+    ``pools``: accel_pools.collect_pools entries with gpu_count/gpu_memory_mib; ``releases``: their
+    accel_chart_values.pool_releases.
+    """
+    by_pool = {pool: r["name"] for r in releases for pool in r["pools"]}
+    hami = {pool: (r["values"].get("hami") or {}).get("schedulerName", "hami-scheduler")
+            for r in releases if r["key"] == "vgpu-hami" for pool in r["pools"]}
+    out = []
+    for pool in pools:
+        settings = pool["settings"]
+        expected = accel_pools.advertised_resources(settings, pool.get("gpu_count", 0), pool.get("gpu_memory_mib", 0))
+        if not expected:
+            # No GPU facts for this pool: the resource must still be there, in any positive quantity.
+            expected = dict.fromkeys(accel_pools.advertised_resources(settings, 1, 16384), 0)
+        out.append({
+            "pool": pool["pool"],
+            "mode": settings["accel_mode"],
+            "release": by_pool[pool["pool"]],
+            "nodes": pool["hosts"],
+            "labels": accel_pools.node_labels(settings),
+            "resources": expected,
+            "request": accel_pools.request_for(settings),
+            **({"scheduler_name": hami[pool["pool"]]} if pool["pool"] in hami else {}),
+            # HAMi's webhook takes every nvidia.com/gpu pod (README "HAMi and whole-GPU pools in one cluster").
+            **({"pod_labels": {"hami.io/webhook": "ignore"}} if hami and pool["pool"] not in hami else {}),
+        })
+    return out
 
 
 def label_problems(node: str, labels: dict[str, str], expected: dict[str, str]) -> list[str]:

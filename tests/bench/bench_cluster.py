@@ -274,14 +274,14 @@ def pool_pod_specs(size: int) -> list[tuple[str, dict, int]]:
         per_node = min([int(allocatable["pods"]) - daemon_pods]
                        + [int(allocatable.get(r, 0)) // int(q) for r, q in request.items()])
         spec = {
-            "nodeSelector": {accel_constants.LABELS["pool"]: str(settings["pool"])},
+            "nodeSelector": {accel_constants.LABELS["pool"]: str(settings["accel_pool"])},
             "containers": [{"name": "work", "image": "registry.k8s.io/pause:3.10",
                             "resources": {"limits": dict(request), "requests": dict(request)}}],
         }
-        if settings.get("node_taint"):
+        if accel_pools.setting_on(settings, "accel_node_taint"):
             spec["tolerations"] = [{"key": accel_constants.LABELS["pool"], "operator": "Equal",
-                                    "value": str(settings["pool"]), "effect": "NoSchedule"}]
-        specs.append((str(settings["pool"]), spec, per_node * len(hosts)))
+                                    "value": str(settings["accel_pool"]), "effect": "NoSchedule"}]
+        specs.append((str(settings["accel_pool"]), spec, per_node * len(hosts)))
     return specs
 
 

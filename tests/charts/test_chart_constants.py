@@ -3,12 +3,13 @@ the product supports, and the shared helper file kept identical in every chart."
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 
 import pytest
 import yaml
-from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_constants, accel_plan
+from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_constants, accel_inventory, accel_plan
 from chartlib import CHARTS, CHARTS_DIR, NAMESPACE, REPO, SUPPORTED_KUBE_VERSIONS
 
 
@@ -104,3 +105,17 @@ def test_common_helpers_identical():
     first = texts[CHARTS[0]]
     for chart, text in texts.items():
         assert text == first, f"charts/{chart}/templates/_common.tpl drifted from charts/{CHARTS[0]}'s copy"
+
+
+@pytest.mark.parametrize(("chart", "path", "low", "high"), [
+    ("mps", ("configs", "additionalProperties", "properties", "replicas"),
+     accel_inventory.MPS_MIN_REPLICAS, accel_inventory.MPS_MAX_REPLICAS),
+    ("pgpu", ("configs", "additionalProperties", "properties", "timeSlicing", "properties", "replicas"),
+     accel_inventory.TIMESLICE_MIN_REPLICAS, accel_inventory.TIMESLICE_MAX_REPLICAS),
+])
+def test_replica_limits_in_the_schemas_are_the_inventory_models(chart, path, low, high):
+    """A limit is defined once (accel_inventory); a JSON schema cannot import it, so it is compared here."""
+    node = json.loads((CHARTS_DIR / chart / "values.schema.json").read_text())["properties"]
+    for key in path:
+        node = node[key]
+    assert (node["minimum"], node["maximum"]) == (low, high), f"charts/{chart}/values.schema.json"

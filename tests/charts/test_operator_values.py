@@ -15,12 +15,26 @@ from chartlib import REPO
 SCHEMA = json.loads((REPO / "schemas" / "gpu-operator-values.schema.json").read_text())
 VALIDATOR = jsonschema.Draft202012Validator(SCHEMA)
 
-MIG_POOL = {"pool": "mig", "mode": "pgpu", "mig_strategy": "mixed", "mig_owner": "operator",
-            "mig_geometry": {"3g.40gb": 1, "2g.20gb": 1, "1g.10gb": 2}}
+
+
+def pool_entry(**settings):
+    """A collect_pools entry for one pool: inventory names (accel_ + keyword), the model's defaults filled."""
+    name = settings["pool"]
+    return {"pool": name, "hosts": [f"{name}-0"],
+            "settings": accel_pools.pool_settings({f"accel_{k}": v for k, v in settings.items()})}
+
+
+def variant(entry, **changes):
+    """The same pool with some settings changed."""
+    return pool_entry(**{**{k.removeprefix("accel_"): v for k, v in entry["settings"].items()}, **changes})
+
+
+MIG_POOL = pool_entry(pool="mig", mode="pgpu", mig_strategy="mixed", mig_owner="operator",
+                      mig_geometry={"3g.40gb": 1, "2g.20gb": 1, "1g.10gb": 2})
 LAB_POOLS = [
-    {"pool": "vgpu-hami", "mode": "vgpu", "vgpu_backend": "hami"},
-    {"pool": "pgpu", "mode": "pgpu", "numa_policy": "single-numa-node"},
-    {"pool": "mps", "mode": "mps", "mps_replicas": 4},
+    pool_entry(pool="vgpu-hami", mode="vgpu", vgpu_backend="hami"),
+    pool_entry(pool="pgpu", mode="pgpu", numa_policy="single-numa-node"),
+    pool_entry(pool="mps", mode="mps", mps_replicas=4),
     MIG_POOL,
 ]
 
@@ -51,7 +65,7 @@ def test_lab_values():
     doc = yaml.safe_load(mm["config"]["data"]["config.yaml"])
     assert doc["version"] == "v1"
     # The config is named like the nvidia.com/mig.config label the cluster play sets on the pool's nodes.
-    label = accel_pools.node_labels(MIG_POOL)["nvidia.com/mig.config"]
+    label = accel_pools.node_labels(MIG_POOL["settings"])["nvidia.com/mig.config"]
     (entry,) = doc["mig-configs"][label]
     assert entry["mig-enabled"] is True and entry["devices"] == "all"
     assert entry["mig-devices"] == {"3g.40gb": 1, "2g.20gb": 1, "1g.10gb": 2}
@@ -92,13 +106,13 @@ def test_no_mig_pools_disables_mig_manager():
 
 
 def test_host_owned_mig_is_left_out():
-    host_owned = dict(MIG_POOL, mig_owner="host")
+    host_owned = variant(MIG_POOL, mig_owner="host")
     values = opv.gpu_operator_values([host_owned])
     assert values["migManager"]["enabled"] is False
 
 
 def test_single_strategy_and_toggles():
-    single = dict(MIG_POOL, pool="mig-single", mig_strategy="single", mig_geometry={"1g.10gb": 7})
+    single = variant(MIG_POOL, pool="mig-single", mig_strategy="single", mig_geometry={"1g.10gb": 7})
     values = opv.gpu_operator_values(
         [single], {"driver_managed_by_kube_accel": False, "toolkit_managed_by_kube_accel": False,
                    "dcgm_exporter": False, "service_monitor": True, "mig_with_reboot": True, "cdi": True},
@@ -124,7 +138,7 @@ def test_collect_pools_shape_and_taints():
 
 
 def test_illegal_geometry_is_refused():
-    bad = dict(MIG_POOL, mig_geometry={"7g.80gb": 1, "1g.10gb": 1})
+    bad = variant(MIG_POOL, mig_geometry={"7g.80gb": 1, "1g.10gb": 1})
     with pytest.raises(ValueError, match="kube-accel-1g.10gb-1.7g.80gb-1"):
         opv.gpu_operator_values([bad])
 

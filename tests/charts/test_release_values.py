@@ -1,11 +1,12 @@
-"""The values the cluster play builds (accel_pools.release_values) for the lab and example inventories are
-accepted by the charts, and the rendered DaemonSets select exactly the inventory's pools of that release."""
+"""The releases the cluster play builds (accel_chart_values.pool_releases, the code behind its accel_pool_releases
+filter) for the lab and example inventories are accepted by the charts, and the rendered DaemonSets select exactly the
+inventory's pools of that release."""
 
 from __future__ import annotations
 
 import pytest
 import yaml
-from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_constants, accel_pools
+from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_chart_values, accel_constants, accel_pools
 from chartlib import REPO, one, pod_spec, render, selected_pools
 
 
@@ -22,23 +23,25 @@ def inventory_hosts(name: str) -> dict[str, dict]:
     return hosts
 
 
-def releases(name: str):
-    by_key: dict[str, list] = {}
-    for pool in accel_pools.collect_pools(inventory_hosts(name)):
-        by_key.setdefault(accel_pools.release_key(pool["settings"]), []).append(pool)
-    return sorted(by_key.items())
+def releases(name: str, cluster: dict | None = None):
+    """[(release, its pools)] the cluster play builds for an inventory."""
+    pools = accel_pools.collect_pools(inventory_hosts(name))
+    by_name = {p["pool"]: p for p in pools}
+    cluster = cluster if cluster is not None else {"image_registry": "mirror.example", "image_pull_secrets": []}
+    return [(r, [by_name[n] for n in r["pools"]]) for r in accel_chart_values.pool_releases(pools, cluster)]
 
 
-CASES = [pytest.param(inv, key, pools, id=f"{inv}-{key}") for inv in ("lab", "example") for key, pools in releases(inv)]
+CASES = [pytest.param(inv, release, pools, id=f"{inv}-{release['key']}")
+         for inv in ("lab", "example") for release, pools in releases(inv)]
 
 
-@pytest.mark.parametrize(("inventory", "key", "pools"), CASES)
-def test_play_values_render(helm, tmp_path, inventory, key, pools):
-    values = accel_pools.release_values(key, pools, {"image_registry": "mirror.example", "image_pull_secrets": []})
+@pytest.mark.parametrize(("inventory", "release", "pools"), CASES)
+def test_play_values_render(helm, tmp_path, inventory, release, pools):
+    values = release["values"]
     path = tmp_path / "values.yaml"
     path.write_text(yaml.safe_dump(values))
-    chart = accel_pools.chart_for(key)
-    objs = render(chart, [path], helm=helm, release=f"kube-accel-{key}")
+    chart = release["chart"]
+    objs = render(chart, [path], helm=helm, release=release["name"])
     want = set(values["pools"])
     for ds in (o for o in objs if o["kind"] == "DaemonSet"):
         got = selected_pools(pod_spec(ds), accel_constants.LABELS["pool"])

@@ -18,7 +18,13 @@ import pytest
 import upstream
 import yaml
 from ansible_collections.kube_accel.gpu.plugins.filter import accel_pool_filters
-from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_constants, accel_mig, accel_plan, accel_pools
+from ansible_collections.kube_accel.gpu.plugins.module_utils import (
+    accel_chart_values,
+    accel_constants,
+    accel_inventory,
+    accel_mig,
+    accel_pools,
+)
 from chartlib import REPO, containers, one, pod_spec, render, rules, values_files
 
 NODE = "conformance-node"
@@ -301,7 +307,7 @@ def test_mps_configs_advertise_what_kube_accel_promises(inventory, tmp_path):
     configs = named_configs(objs)
     for pool in accel_pools.collect_pools(_inventory_hosts(inventory)):
         settings = pool["settings"]
-        if settings["mode"] != "mps":
+        if settings["accel_mode"] != "mps":
             continue
         loaded = harness_config(configs[accel_pools.device_plugin_config(settings)], tmp_path)["config"]
         (resource,) = loaded["sharing"]["mps"]["resources"]
@@ -326,7 +332,8 @@ def test_timeslice_configs_advertise_what_kube_accel_promises(inventory, tmp_pat
     assert releases["timeslice"]["chart"] == "pgpu"
     objs = rendered("pgpu", releases["timeslice"]["values"], tmp_path)
     configs = named_configs(objs)
-    pools = [p for p in accel_pools.collect_pools(_inventory_hosts(inventory)) if p["settings"]["mode"] == "timeslice"]
+    pools = [p for p in accel_pools.collect_pools(_inventory_hosts(inventory))
+             if p["settings"]["accel_mode"] == "timeslice"]
     assert set(configs) == {accel_pools.device_plugin_config(p["settings"]) for p in pools}
     for pool in pools:
         settings = pool["settings"]
@@ -350,11 +357,11 @@ def test_timeslice_configs_advertise_what_kube_accel_promises(inventory, tmp_pat
 def test_timeslice_replicas_below_two_are_refused_by_the_plugin(tmp_path):
     # The plugin's own floor (api/config/v1/replicas.go:251) is the preflight's and the chart schema's minimum.
     assert "if s.Replicas < 2 {" in cited("api/config/v1/replicas.go:251")
-    assert accel_plan.TIMESLICE_MIN_REPLICAS == 2
+    assert accel_inventory.TIMESLICE_MIN_REPLICAS == 2
     schema = json.loads((REPO / "charts" / "pgpu" / "values.schema.json").read_text())
     sliced = schema["properties"]["configs"]["additionalProperties"]["properties"]["timeSlicing"]
-    assert sliced["properties"]["replicas"]["minimum"] == accel_plan.TIMESLICE_MIN_REPLICAS
-    assert sliced["properties"]["replicas"]["maximum"] == accel_plan.TIMESLICE_MAX_REPLICAS
+    assert sliced["properties"]["replicas"]["minimum"] == accel_inventory.TIMESLICE_MIN_REPLICAS
+    assert sliced["properties"]["replicas"]["maximum"] == accel_inventory.TIMESLICE_MAX_REPLICAS
     path = tmp_path / "one.yaml"
     path.write_text("version: v1\nflags: {migStrategy: none}\n"
                     "sharing: {timeSlicing: {resources: [{name: nvidia.com/gpu, replicas: 1}]}}\n")
@@ -374,22 +381,26 @@ def check_names(tmp_path: Path, label_values=(), resource_names=()) -> dict:
     return json.loads(proc.stdout)
 
 
+def _settings(**kw):
+    """A pool's settings as the play reads them: inventory names (accel_ + keyword), the model's defaults filled."""
+    return accel_pools.pool_settings({"accel_pool": "p", **{f"accel_{k}": v for k, v in kw.items()}})
+
+
 def every_pool_settings():
     """Pool settings for every mode kube-accel plans: pgpu whole GPUs, every MIG geometry of every model under
     both strategies it allows, MPS at every replica count, time-slicing at every replica count and both switches."""
-    yield {"pool": "p", "mode": "pgpu"}
+    yield _settings(mode="pgpu")
     for geometry in every_geometry():
-        yield {"pool": "p", "mode": "pgpu", "mig_strategy": "mixed", "mig_geometry": geometry}
+        yield _settings(mode="pgpu", mig_strategy="mixed", mig_geometry=geometry)
         if len(geometry) == 1:
-            yield {"pool": "p", "mode": "pgpu", "mig_strategy": "single", "mig_geometry": geometry}
-    for replicas in range(accel_plan.MPS_MIN_REPLICAS, accel_plan.MPS_MAX_REPLICAS + 1):
-        yield {"pool": "p", "mode": "mps", "mps_replicas": replicas}
-    for replicas in range(accel_plan.TIMESLICE_MIN_REPLICAS, accel_plan.TIMESLICE_MAX_REPLICAS + 1):
+            yield _settings(mode="pgpu", mig_strategy="single", mig_geometry=geometry)
+    for replicas in range(accel_inventory.MPS_MIN_REPLICAS, accel_inventory.MPS_MAX_REPLICAS + 1):
+        yield _settings(mode="mps", mps_replicas=replicas)
+    for replicas in range(accel_inventory.TIMESLICE_MIN_REPLICAS, accel_inventory.TIMESLICE_MAX_REPLICAS + 1):
         for rename in (True, False):
             for one_per_pod in (True, False):
-                yield {"pool": "p", "mode": "timeslice", "timeslice_replicas": replicas,
-                       "timeslice_rename_by_default": rename,
-                       "timeslice_fail_requests_greater_than_one": one_per_pod}
+                yield _settings(mode="timeslice", timeslice_replicas=replicas, timeslice_rename_by_default=rename,
+                                timeslice_fail_requests_greater_than_one=one_per_pod)
 
 
 def every_geometry():
@@ -416,7 +427,7 @@ def test_mig_resources_are_named_as_the_plugin_names_them():
     assert cited("internal/rm/rm.go:145").strip() == \
         'resourceName := strings.ReplaceAll("mig-"+p.String(), "+", ".")'
     for geometry in every_geometry():
-        settings = {"pool": "p", "mode": "pgpu", "mig_strategy": "mixed", "mig_geometry": geometry}
+        settings = _settings(mode="pgpu", mig_strategy="mixed", mig_geometry=geometry)
         want = {f"nvidia.com/mig-{profile}".replace("+", "."): count for profile, count in geometry.items()}
         assert accel_pools.advertised_resources(settings, 1, 16384) == want
 
@@ -532,8 +543,8 @@ def test_play_release_carries_only_the_configs_its_pools_use(inventory, tmp_path
 
 
 def test_pgpu_release_without_mig_pools_adds_no_sys_admin(tmp_path):
-    pools = [{"pool": "plain", "settings": {"pool": "plain", "mode": "pgpu"}, "hosts": ["n"]}]
-    values = accel_pools.release_values("pgpu", pools, {})
+    pools = [{"pool": "plain", "settings": _settings(pool="plain", mode="pgpu"), "hosts": ["n"]}]
+    values = accel_chart_values.release_values("pgpu", pools, {})
     objs = rendered("pgpu", {**values, "gfd": {"enabled": True}}, tmp_path)
     assert set(named_configs(objs)) == {"exclusive"}
     for _, c in agent_containers(objs):

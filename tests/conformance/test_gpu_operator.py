@@ -22,7 +22,7 @@ import yaml
 from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_constants, accel_labels, accel_pools
 from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_operator_values as opv
 from chartlib import REPO, tool
-from test_operator_values import LAB_POOLS, MIG_POOL  # the inputs the existing operator tests use
+from test_operator_values import LAB_POOLS, MIG_POOL, variant  # the inputs the existing operator tests use
 
 # --- upstream chart ------------------------------------------------------------------------------------------------
 
@@ -122,7 +122,7 @@ CASES = {
         "service_monitor": True, "nfd": True, "gfd": True, "service_monitor_labels": {"release": "prom"}}),
     "no-mig": lambda: opv.gpu_operator_values([p for p in LAB_POOLS if p is not MIG_POOL]),
     "single-strategy-toggles": lambda: opv.gpu_operator_values(
-        [dict(MIG_POOL, pool="mig-single", mig_strategy="single", mig_geometry={"1g.10gb": 7})],
+        [variant(MIG_POOL, pool="mig-single", mig_strategy="single", mig_geometry={"1g.10gb": 7})],
         {"driver_managed_by_kube_accel": False, "toolkit_managed_by_kube_accel": False, "dcgm_exporter": False,
          "service_monitor": True, "mig_with_reboot": True, "cdi": True}),
     "taints": lambda: opv.gpu_operator_values(accel_pools.collect_pools(
@@ -425,8 +425,8 @@ def pool_cases():
         for pool in accel_pools.collect_pools(inventory_hosts(inventory)):
             yield pytest.param(pool["settings"], id=f"{inventory}-{pool['pool']}")
     for pool in LAB_POOLS:
-        yield pytest.param(pool, id=f"test-{pool['pool']}")
-    yield pytest.param(dict(MIG_POOL, pool="mig-host", mig_owner="host"), id="test-mig-host")
+        yield pytest.param(pool["settings"], id=f"test-{pool['pool']}")
+    yield pytest.param(variant(MIG_POOL, pool="mig-host", mig_owner="host")["settings"], id="test-mig-host")
 
 
 @pytest.mark.parametrize("settings", list(pool_cases()))
@@ -449,8 +449,8 @@ def test_node_labels_and_the_operator_agree(settings):
     assert after_operator[common_key] == common_value
     exporter = accel_constants.UPSTREAM_LABELS["deploy_device_plugin"].replace("device-plugin", "dcgm-exporter")
     mig_manager = up["mig_manager"][0]
-    operator_mig = opv.operator_mig_pools([settings]) != []
-    if settings.get("vfio_passthrough"):
+    operator_mig = accel_pools.operator_mig(settings)
+    if accel_pools.setting_on(settings, "accel_vfio_passthrough"):
         # No driver on vfio-bound GPUs: no operand may land there.
         assert not [k for k in after_operator if k in up["container_state"] or k == mig_manager]
     else:

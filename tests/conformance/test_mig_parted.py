@@ -116,7 +116,7 @@ def test_mig_pool_agents_stop_during_a_mig_change(tmp_path):
         values["gfd"] = {"enabled": True}
         objs = rendered("pgpu", values, tmp_path)
         mig_pools = [p for p in accel_pools.collect_pools(_inventory_hosts(inventory))
-                     if accel_pools.mig_enabled(p["settings"]) and p["settings"]["mode"] == "pgpu"]
+                     if accel_pools.mig_enabled(p["settings"]) and p["settings"]["accel_mode"] == "pgpu"]
         assert mig_pools
         for pool in mig_pools:
             node_labels = accel_pools.node_labels(pool["settings"])

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 import upstream
 import yaml
-from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_gpu_facts, accel_pools
+from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_chart_values, accel_gpu_facts, accel_pools
 from chartlib import one
 from vgpu_cases import render_case
 
@@ -67,10 +67,10 @@ def test_models_cite_the_upstream_code(archive, ref, text):
 
 
 def _hami_pool(name: str, split: int | None, hosts: list[str]) -> dict:
-    settings = {"pool": name, "mode": "vgpu", "vgpu_backend": "hami"}
+    settings = {"accel_pool": name, "accel_mode": "vgpu", "accel_vgpu_backend": "hami"}
     if split is not None:
-        settings["vgpu_split_count"] = split
-    return {"pool": name, "settings": settings, "hosts": hosts}
+        settings["accel_vgpu_split_count"] = split
+    return {"pool": name, "settings": accel_pools.pool_settings(settings), "hosts": hosts}
 
 
 def _inventory_hami_pools(inventory: str) -> list[dict]:
@@ -85,18 +85,14 @@ HAMI_CASES = [
     pytest.param(_inventory_hami_pools("example"), id="example-inventory"),
     pytest.param([_hami_pool("a", None, ["a-1"])], id="split-count-unset"),
     pytest.param([_hami_pool("a", 4, ["a-1", "a-2"])], id="split-count-4"),
-    pytest.param([_hami_pool("a", 10, ["a-1"]), _hami_pool("b", 4, ["b-1"])], id="two-pools-two-split-counts",
-                 marks=pytest.mark.xfail(strict=True, reason=(
-                     "accel_pools.release_values sets one deviceSplitCount, the first pool's, for the whole HAMi "
-                     "release and writes no nodeConfig: HAMi then advertises 10 per GPU on pool b's nodes, which "
-                     "verify expects at 4; the preflight does not refuse two HAMi pools with different "
-                     "accel_vgpu_split_count (reported to the lead, issue 17)"))),
+    # The release's settings are the first pool's; pool b's nodes get their own split count from HAMi's nodeconfig.
+    pytest.param([_hami_pool("a", 10, ["a-1"]), _hami_pool("b", 4, ["b-1", "b-2"])], id="two-pools-two-split-counts"),
 ]
 
 
 @pytest.mark.parametrize("pools", HAMI_CASES)
 def test_hami_advertises_what_kube_accel_promises(tmp_path, pools):
-    values = accel_pools.release_values("vgpu-hami", pools, CLUSTER)
+    values = accel_chart_values.release_values("vgpu-hami", pools, CLUSTER)
     objs = render_case(tmp_path, "kube-accel-vgpu-hami", values)
     device = tmp_path / "device-config.yaml"
     device.write_text(one(objs, "ConfigMap", "-device-config")["data"]["device-config.yaml"])
@@ -131,21 +127,14 @@ def _gpu_manager_capacity(snapshot: dict) -> dict[str, int]:
     return {"tencent.com/vcuda-core": len(devices) * 100, "tencent.com/vcuda-memory": total // 268435456}
 
 
-ROUNDING = pytest.mark.xfail(strict=True, reason=(
-    "accel_pools.advertised_resources rounds each GPU's memory down to 256 MiB blocks and multiplies; gpu-manager "
-    "rounds the node's total once (81559 MiB H100s: 2 GPUs 637 blocks, promised 636). gpu-manager cannot run on "
-    "H100 (CUDA 12 driver; the preflight refuses it), but any GPU whose memory is not whole 256 MiB blocks fails "
-    "verify the same way; the function needs the node's total bytes (reported to the lead, issue 17)"))
-
-
-@pytest.mark.parametrize("name", [pytest.param(n, marks=ROUNDING) if n in UNEVEN else n for n in SNAPSHOTS])
+@pytest.mark.parametrize("name", SNAPSHOTS)
 def test_gpu_manager_advertises_what_kube_accel_promises(name):
     snapshot = json.loads((NVML / f"{name}.json").read_text())
     # mig_mode is NVML's [current, pending]; null where the GPU has no MIG.
     if any(any(d.get("mig_mode") or ()) for d in snapshot["nvml"]["devices"]):
         pytest.skip("MIG-enabled GPUs: kube-accel plans no vGPU pool there (preflight rule_mig_exclusive)")
     facts = accel_gpu_facts.gather(accel_gpu_facts.RecordedSource.from_file(str(NVML / f"{name}.json")))
-    settings = {"pool": "v", "mode": "vgpu", "vgpu_backend": "gpu-manager"}
+    settings = accel_pools.pool_settings({"accel_pool": "v", "accel_mode": "vgpu", "accel_vgpu_backend": "gpu-manager"})
     # The arguments the lab (scripts/lab.py node_manifest) and verify (filter accel_verify_pools) pass: the GPU count
     # and the first GPU's memory from the nvidia_gpu_facts code.
     promise = accel_pools.advertised_resources(settings, facts["count"], int(facts["gpus"][0]["memory_total_mib"]))
@@ -153,7 +142,8 @@ def test_gpu_manager_advertises_what_kube_accel_promises(name):
 
 
 def test_snapshots_cover_even_and_uneven_memory():
-    """The xfail above must stay meaningful: the recorded set holds both kinds of GPU memory size."""
+    """The test above must keep telling per-GPU from per-node rounding: the recorded set holds both kinds of GPU
+    memory size (kube-accel rounded per GPU until issue 17, promising 636 blocks where gpu-manager advertises 637)."""
     sizes = {n: {int(d["memory_total_bytes"]) % 268435456 == 0
                  for d in yaml.safe_load((NVML / f"{n}.json").read_text())["nvml"]["devices"]} for n in SNAPSHOTS}
     uneven = {n for n, even in sizes.items() if even == {False}}

@@ -1,5 +1,6 @@
 """Every vgpu release the conformance tests check: each values file of the chart suite, and the vgpu releases the
-cluster play builds for inventories/example and inventories/lab (accel_pools.release_values, the play's own code)."""
+cluster play builds for inventories/example and inventories/lab (accel_chart_values.pool_releases, the play's own
+code)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_pools
 from chartlib import VALUES_DIR, release_name, render
 from test_release_values import releases
 
@@ -19,9 +19,9 @@ def _cases() -> list[tuple[str, str, dict]]:
     for path in sorted((VALUES_DIR / "vgpu").glob("*.yaml")):
         out.append((f"values-{path.stem}", release_name("vgpu", path), yaml.safe_load(path.read_text()) or {}))
     for inventory in ("example", "lab"):
-        for key, pools in releases(inventory):
-            if accel_pools.chart_for(key) == "vgpu":
-                out.append((f"{inventory}-{key}", f"kube-accel-{key}", accel_pools.release_values(key, pools, CLUSTER)))
+        for release, _pools in releases(inventory, CLUSTER):
+            if release["chart"] == "vgpu":
+                out.append((f"{inventory}-{release['key']}", release["name"], release["values"]))
     return out
 
 

@@ -87,7 +87,7 @@ def intended() -> dict[str, dict]:
         settings = pool["settings"]
         for host in pool["hosts"]:
             out[host] = {"settings": settings, "mig_manager": accel_pools.operator_mig(settings),
-                         "dcgm_exporter": not settings.get("vfio_passthrough")}
+                         "dcgm_exporter": not accel_pools.setting_on(settings, "accel_vfio_passthrough")}
     return out
 
 

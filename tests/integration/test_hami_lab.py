@@ -81,7 +81,7 @@ def snapshot_gpus(host: str) -> list[dict]:
     from lab import gpu_hosts, inventory  # scripts/lab.py
 
     settings = accel_pools.pool_settings(gpu_hosts(inventory())[host])
-    snap = REPO / "tests" / "data" / "nvml" / f"{settings['lab_gpu']}.json"
+    snap = REPO / "tests" / "data" / "nvml" / f"{settings['accel_lab_gpu']}.json"
     return accel_gpu_facts.gather(accel_gpu_facts.RecordedSource.from_file(str(snap)))["gpus"]
 
 

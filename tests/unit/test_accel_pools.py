@@ -6,7 +6,8 @@ from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_pools 
 
 
 def s(**kw):
-    return {"pool": "p", **kw}
+    """A pool's settings as the play reads them: inventory names (accel_ + keyword), the model's defaults filled."""
+    return ap.pool_settings({"accel_pool": "p", **{f"accel_{k}": v for k, v in kw.items()}})
 
 
 def test_labels_per_mode():
@@ -31,7 +32,8 @@ def test_labels_per_mode():
 
 def test_operator_input_labels():
     # NFD's NVIDIA PCI label keeps the GPU Operator's gpu.present and gpu.deploy.* labels on every pool node.
-    for settings in (s(mode="mps"), s(mode="vgpu"), s(mode="pgpu"), s(mode="pgpu", vfio_passthrough=True)):
+    for settings in (s(mode="mps", mps_replicas=2), s(mode="vgpu", vgpu_backend="hami"), s(mode="pgpu"),
+                     s(mode="pgpu", vfio_passthrough=True)):
         assert ap.node_labels(settings)["feature.node.kubernetes.io/pci-10de.present"] == "true"
     # kube-accel's charts own the device plugin everywhere; VM passthrough nodes get no operator operand at all.
     assert ap.node_labels(s(mode="pgpu"))["nvidia.com/gpu.deploy.device-plugin"] == "false"
@@ -42,8 +44,9 @@ def test_operator_input_labels():
     # Every other pool says "false": the operator would otherwise take an A100/A30/H100 for MIG capable by its product
     # label and run its MIG manager there (gpu-operator v26.7.0 hasMIGCapableGPU, seen in the lab).
     host_owned = ap.node_labels(s(mode="pgpu", mig_strategy="single", mig_owner="host", mig_geometry={"1g.10gb": 7}))
-    for other in (host_owned, vfio, ap.node_labels(s(mode="pgpu")), ap.node_labels(s(mode="mps")),
-                  ap.node_labels(s(mode="vgpu")), ap.node_labels(s(mode="timeslice", timeslice_replicas=4))):
+    for other in (host_owned, vfio, ap.node_labels(s(mode="pgpu")), ap.node_labels(s(mode="mps", mps_replicas=2)),
+                  ap.node_labels(s(mode="vgpu", vgpu_backend="hami")),
+                  ap.node_labels(s(mode="timeslice", timeslice_replicas=4))):
         assert other["nvidia.com/mig.capable"] == "false" and "nvidia.com/gpu.deploy.mig-manager" not in other
     vfio_mig = ap.node_labels(s(mode="pgpu", vfio_passthrough=True, mig_strategy="mixed", mig_geometry={"7g.80gb": 1}))
     assert vfio_mig["nvidia.com/mig.capable"] == "false" and "nvidia.com/mig.config" not in vfio_mig
@@ -70,7 +73,8 @@ def test_os_release_becomes_nfds_os_labels_and_is_never_removed():
 
 
 def test_every_label_set_is_managed():
-    for settings in (s(mode="mps"), s(mode="vgpu"), s(mode="pgpu", mig_strategy="mixed", mig_geometry={"7g.80gb": 1})):
+    for settings in (s(mode="mps", mps_replicas=2), s(mode="vgpu", vgpu_backend="hami"),
+                     s(mode="pgpu", mig_strategy="mixed", mig_geometry={"7g.80gb": 1})):
         assert set(ap.node_labels(settings)) <= ap.managed_label_keys()
 
 
@@ -92,8 +96,8 @@ def test_advertised_resources():
 
 def test_collect_pools_and_release_keys():
     hosts = {
-        "b": {"accel_pool": "mps", "accel_mode": "mps", "ansible_host": "x"},
-        "a": {"accel_pool": "mps", "accel_mode": "mps"},
+        "b": {"accel_pool": "mps", "accel_mode": "mps", "accel_mps_replicas": 2, "ansible_host": "x"},
+        "a": {"accel_pool": "mps", "accel_mode": "mps", "accel_mps_replicas": 2},
         "c": {"accel_pool": "h", "accel_mode": "vgpu", "accel_vgpu_backend": "hami"},
         "cp": {"ansible_connection": "local"},
     }
@@ -107,48 +111,19 @@ def test_requests_fit_the_gpu_manager_contract():
     req = ap.request_for(s(mode="vgpu", vgpu_backend="gpu-manager"))
     core = int(req["tencent.com/vcuda-core"])
     assert 1 <= core <= 100 or core % 100 == 0
-    assert ap.request_for(s(mode="mps")) == {"nvidia.com/gpu": "1"}
+    assert ap.request_for(s(mode="mps", mps_replicas=2)) == {"nvidia.com/gpu": "1"}
 
 
 def _pool(name, hosts, **settings):
-    return {"pool": name, "hosts": hosts, "settings": {"pool": name, **settings}}
+    return {"pool": name, "hosts": hosts, "settings": s(pool=name, **settings)}
 
 
 def test_desired_nodes_taint_only_tainted_pools():
-    nodes = ap.desired_nodes([_pool("a", ["n1"], mode="pgpu", node_taint=True), _pool("b", ["n2"], mode="mps")])
+    nodes = ap.desired_nodes([_pool("a", ["n1"], mode="pgpu", node_taint=True),
+                              _pool("b", ["n2"], mode="mps", mps_replicas=2)])
     assert nodes["n1"]["taints"] == [{"key": "kube-accel.io/pool", "value": "a", "effect": "NoSchedule"}]
     assert nodes["n2"]["taints"] == []
     assert nodes["n2"]["labels"]["kube-accel.io/pool"] == "b"
-
-
-def test_release_values_per_mode():
-    cluster = {"image_registry": "mirror.example/r", "image_pull_secrets": ["pull"]}
-    pgpu = ap.release_values("pgpu", [_pool("train", ["n"], mode="pgpu", numa_policy="single-numa-node"),
-                                      _pool("vm", ["v"], mode="pgpu", vfio_passthrough=True)], cluster)
-    assert pgpu["global"] == {"imageRegistry": "mirror.example/r", "imagePullSecrets": ["pull"]}
-    assert pgpu["pools"] == ["train"]
-    assert pgpu["passthrough"] == {"enabled": True, "pools": ["vm"]}
-    assert pgpu["compatWithCPUManager"] is True
-    assert "tolerations" not in pgpu
-    mps = ap.release_values("mps", [_pool("a", ["n"], mode="mps", mps_replicas=4, node_taint=True),
-                                    _pool("b", ["m"], mode="mps", mps_replicas=8),
-                                    _pool("c", ["o"], mode="mps", mps_replicas=4)], {},
-                            {"a": 24576, "b": 81920, "c": 16384})
-    assert mps["configs"]["mps-4"]["replicas"] == 4
-    assert mps["configs"]["mps-4"]["gpuMemoryMiB"] == 16384  # smallest GPU among pools sharing mps-4
-    assert mps["configs"]["mps-8"]["gpuMemoryMiB"] == 81920
-    assert mps["defaultConfig"] == "mps-4"
-    assert {"key": "kube-accel.io/pool", "operator": "Exists", "effect": "NoSchedule"} in mps["tolerations"]
-    hami = ap.release_values("vgpu-hami", [_pool("h", ["n"], mode="vgpu", vgpu_split_count=5,
-                                                 vgpu_scheduler_policy="spread")], {})
-    assert hami["backend"] == "hami"
-    assert hami["hami"]["deviceSplitCount"] == 5 and hami["hami"]["scheduler"]["gpuSchedulerPolicy"] == "spread"
-    assert hami["controlPlaneFrom"] == []
-    fenced = ap.release_values("vgpu-hami", [_pool("h", ["n"], mode="vgpu")],
-                               {"control_plane_cidrs": ["10.0.0.11/32", "10.0.0.12/32"]})
-    assert fenced["controlPlaneFrom"] == [{"ipBlock": {"cidr": "10.0.0.11/32"}}, {"ipBlock": {"cidr": "10.0.0.12/32"}}]
-    assert ap.release_values("vgpu-gpu-manager", [_pool("g", ["n"], mode="vgpu")], {})["backend"] == "gpu-manager"
-    assert ap.chart_for("vgpu-hami") == "vgpu" and ap.chart_for("mps") == "mps"
 
 
 def test_timeslice_pools():
@@ -168,22 +143,3 @@ def test_timeslice_pools():
     assert ap.advertised_resources(oversubscribed, 1, 81920) == {"nvidia.com/gpu": 8}
     assert ap.device_plugin_config(s(mode="timeslice", timeslice_replicas=2,
                                      timeslice_fail_requests_greater_than_one=False)) == "timeslice-2-multi"
-
-
-def test_timeslice_release_uses_the_pgpu_chart():
-    pools = [{"pool": "a", "settings": s(pool="a", mode="timeslice", timeslice_replicas=4), "hosts": ["n1"]},
-             {"pool": "b", "settings": s(pool="b", mode="timeslice", timeslice_replicas=8,
-                                         timeslice_rename_by_default=False), "hosts": ["n2"]}]
-    assert ap.release_key(pools[0]["settings"]) == "timeslice"
-    assert ap.chart_for("timeslice") == "pgpu"
-    values = ap.release_values("timeslice", pools, {})
-    assert values["pools"] == ["a", "b"]
-    assert values["runtimeClassName"] == "nvidia"
-    assert values["configs"] == {
-        "exclusive": None, "mig-mixed": None, "mig-single": None,
-        "timeslice-4": {"migStrategy": "none", "timeSlicing": {"replicas": 4, "renameByDefault": True,
-                                                               "failRequestsGreaterThanOne": True}},
-        "timeslice-8-gpu": {"migStrategy": "none", "timeSlicing": {"replicas": 8, "renameByDefault": False,
-                                                                   "failRequestsGreaterThanOne": True}}}
-    assert values["defaultConfig"] == "timeslice-4"
-    assert values["test"] == {"resource": "nvidia.com/gpu.shared"}

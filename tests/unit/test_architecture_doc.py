@@ -5,9 +5,9 @@ The graph is read from the code itself: ``import_playbook``, ``roles:``, ``inclu
 roles/*/meta/main.yml; task keys that name a custom module (plugins/modules, roles/*/library); ``| filter`` and
 ``map('filter')`` uses in playbooks and in role tasks, handlers, defaults, vars and templates, mapped to the filter
 file that defines the filter; charts a role installs (a release module's chart path ending in a charts/ directory,
-and for a role that feeds the ``accel_pool_releases`` filter to that module, every chart ``accel_pools.chart_for`` picks
-for a release of any mode). The test fails when the diagram's nodes or edges differ and says which. To redraw the
-diagram after a change:
+and for a role that feeds the ``accel_pool_releases`` filter to that module, every chart
+``accel_chart_values.chart_for`` picks for a release of any mode). The test fails when the diagram's nodes or edges
+differ and says which. To redraw the diagram after a change:
 
     .venv/bin/python tests/unit/test_architecture_doc.py --write
 """
@@ -56,14 +56,19 @@ def filter_files() -> dict[str, str]:
 
 
 def pool_charts() -> set[str]:
-    """Every chart the accel_pool_releases filter can pick: accel_pools.chart_for of the release key of every mode."""
-    from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_constants, accel_pools  # noqa: PLC0415
+    """Every chart the accel_pool_releases filter can pick: accel_chart_values.chart_for of the release key of every
+    mode."""
+    from ansible_collections.kube_accel.gpu.plugins.module_utils import (  # noqa: PLC0415
+        accel_chart_values,
+        accel_constants,
+        accel_pools,
+    )
 
     keys = set()
     for mode in accel_constants.MODES:
         for backend in accel_constants.VGPU_BACKENDS if mode == "vgpu" else ("",):
-            keys.add(accel_pools.release_key({"mode": mode, "vgpu_backend": backend}))
-    return {accel_pools.chart_for(k) for k in keys}
+            keys.add(accel_pools.release_key({"accel_mode": mode, "accel_vgpu_backend": backend}))
+    return {accel_chart_values.chart_for(k) for k in keys}
 
 
 def _strings(node):

@@ -45,6 +45,10 @@ def test_registration_is_hamis_json_encoding():
                        "mode": "hami-core", "health": True}
     assert regs[1]["type"] == "NVIDIA-Tesla T4" and regs[1]["index"] == 1 and regs[1]["numa"] == 1
     assert json.loads(json.dumps(regs)) == regs
+    # A node's nodeconfig entry overrides what it sets (HAMi plugin/server.go readFromConfigFile, mergo override).
+    own = lab_upstream.registration(gpus, {"nvidia": {"deviceSplitCount": 4, "deviceMemoryScaling": 1.5}},
+                                    {"name": "n", "devicesplitcount": 7, "devicememoryscaling": 1.0})
+    assert own[0]["count"] == 7 and own[0]["devmem"] == 81559
 
 
 def test_fresh_lab_nodes_carry_no_kube_accel_labels():

@@ -191,7 +191,7 @@ def test_rule_mps_clients_limited_by_compute_capability():
     volta["gpus"][0].update(name="Tesla V100-PCIE-16GB", compute_capability="7.0")
     assert check(pool(mode="mps", mps_replicas=48), volta) == []
     assert check(pool(mode="mps", mps_replicas=48), gpus("t4")) == []  # Turing, 7.5
-    assert plan.mps_max_clients((7, 0)) == plan.mps_max_clients((9, 0)) == plan.MPS_MAX_REPLICAS == 48
+    assert plan.mps_max_clients((7, 0)) == plan.mps_max_clients((9, 0)) == accel_inventory.MPS_MAX_REPLICAS == 48
     assert plan.mps_max_clients((6, 1)) is None
     assert check(pool(mode="mps", mps_replicas=49), volta) == [
         "gpu-01: accel_mps_replicas = 49: out of range; allowed: an integer 2..48 (MPS clients per GPU)"]

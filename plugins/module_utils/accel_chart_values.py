@@ -1,0 +1,149 @@
+# Copyright: kube-accel contributors
+# Apache License 2.0
+"""Each chart's values: pools grouped into releases (one per mode, one per vGPU backend) and the values of each.
+
+What a pool is and promises lives in ``accel_pools``; this file only turns pools into the values of the chart that
+serves them.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_constants import LABELS, RUNTIME_CLASS
+from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_pools import (
+    advertised_resources,
+    device_plugin_config,
+    release_key,
+    setting_on,
+    time_slicing,
+)
+
+RELEASE_PREFIX = "kube-accel"
+
+
+def chart_for(key: str) -> str:
+    """The chart directory (under charts/) a release key installs (timeslice: the pgpu chart's device plugin with
+    sharing.timeSlicing configs)."""
+    if key == "timeslice":
+        return "pgpu"
+    return "vgpu" if key.startswith("vgpu-") else key
+
+
+def pool_releases(pools: list[dict[str, Any]], cluster: dict[str, Any], prefix: str = RELEASE_PREFIX,
+                  chart_dir: str = "") -> list[dict[str, Any]]:
+    """Pools grouped into releases: [{name, key, chart, values, pools}], sorted by key.
+
+    ``chart`` is the chart's directory name under charts/, or its path under ``chart_dir`` when given.
+    """
+    grouped: dict[str, list] = {}
+    for pool in pools:
+        grouped.setdefault(release_key(pool["settings"]), []).append(pool)
+    releases = []
+    for key in sorted(grouped):
+        members = grouped[key]
+        memory = {p["pool"]: p.get("gpu_memory_mib", 0) for p in members}
+        chart = chart_for(key)
+        releases.append({
+            "name": f"{prefix}-{key}",
+            "key": key,
+            "chart": os.path.join(chart_dir, chart) if chart_dir else chart,
+            "values": release_values(key, members, cluster, memory),
+            "pools": [p["pool"] for p in members],
+        })
+    return releases
+
+
+def release_values(key: str, pools: list[dict[str, Any]], cluster: dict[str, Any],
+                   gpu_memory_mib: dict[str, int] | None = None) -> dict[str, Any]:
+    """Values of one release (see ``release_key``) serving ``pools``.
+
+    ``cluster``: cluster-wide settings without the ``accel_`` prefix (image_registry, image_pull_secrets).
+    ``gpu_memory_mib``: pool -> GPU memory, from the facts, for the MPS pinned-memory notes.
+    """
+    names = [p["pool"] for p in pools]
+    values: dict[str, Any] = {
+        "global": {
+            "imageRegistry": cluster.get("image_registry") or "",
+            "imagePullSecrets": list(cluster.get("image_pull_secrets") or []),
+        },
+        "poolLabelKey": LABELS["pool"],
+        "pools": names,
+    }
+    if any(setting_on(p["settings"], "accel_node_taint") for p in pools):
+        values["tolerations"] = [
+            {"key": "CriticalAddonsOnly", "operator": "Exists"},
+            {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
+            {"key": LABELS["pool"], "operator": "Exists", "effect": "NoSchedule"},
+        ]
+    if key in ("pgpu", "mps", "timeslice"):
+        values["runtimeClassName"] = cluster.get("runtime_class") or RUNTIME_CLASS
+    if key == "pgpu":
+        vfio = [p["pool"] for p in pools if setting_on(p["settings"], "accel_vfio_passthrough")]
+        values["pools"] = [n for n in names if n not in vfio] or names[:0]
+        if vfio:
+            values["passthrough"] = {"enabled": True, "pools": vfio}
+        # The static CPU manager rewrites cgroups; device specs keep GPU access (upstream compat mode).
+        values["compatWithCPUManager"] = any(p["settings"]["accel_numa_policy"] != "none" for p in pools)
+        # Only the configs the pools select: a MIG config makes the agents add SYS_ADMIN (null drops a chart default).
+        used = {device_plugin_config(p["settings"]) for p in pools if p["pool"] in values["pools"]} or {"exclusive"}
+        values["configs"] = {name: ({"migStrategy": name[len("mig-"):] if name.startswith("mig-") else "none"}
+                                    if name in used else None) for name in ("exclusive", "mig-mixed", "mig-single")}
+        values["defaultConfig"] = "exclusive" if "exclusive" in used else sorted(used)[0]
+    elif key == "timeslice":
+        # The pgpu chart's named configs with sharing.timeSlicing; its defaults (exclusive, MIG) are dropped.
+        ts_configs: dict[str, Any] = dict.fromkeys(("exclusive", "mig-mixed", "mig-single"))
+        for p in pools:
+            ts_configs[device_plugin_config(p["settings"])] = {"migStrategy": "none",
+                                                               "timeSlicing": time_slicing(p["settings"])}
+        values["configs"] = ts_configs
+        used = sorted(name for name, c in ts_configs.items() if c)
+        values["defaultConfig"] = used[0]
+        # helm test asks for one replica of what the default config advertises.
+        values["test"] = {"resource": next(iter(advertised_resources(pools[0]["settings"], 1, 0)))}
+    elif key == "mps":
+        configs: dict[str, Any] = {}
+        for p in pools:
+            replicas = int(p["settings"]["accel_mps_replicas"])
+            name = device_plugin_config(p["settings"])
+            # Pools sharing a config may differ in GPU memory: the notes quote the smallest.
+            memories = [m for m in ((gpu_memory_mib or {}).get(p["pool"], 0),
+                                    configs.get(name, {}).get("gpuMemoryMiB", 0)) if m]
+            configs[name] = {"replicas": replicas, "renameByDefault": False, "failRequestsGreaterThanOne": True,
+                             "gpuMemoryMiB": min(memories, default=0)}
+        values["configs"] = configs
+        values["defaultConfig"] = sorted(configs)[0]
+    elif key.startswith("vgpu-"):
+        backend = key[len("vgpu-"):]
+        values["backend"] = backend
+        # The API server (webhook) and a cluster scheduler (extender) are the only peers of those ports.
+        values["controlPlaneFrom"] = [{"ipBlock": {"cidr": c}} for c in cluster.get("control_plane_cidrs") or []]
+        if backend == "hami":
+            first = pools[0]["settings"]
+            values["hami"] = {
+                **_hami_device_settings(first),
+                # One inventory policy for both levels: binpack fills nodes and GPUs before using new ones.
+                "scheduler": {"nodeSchedulerPolicy": first["accel_vgpu_scheduler_policy"],
+                              "gpuSchedulerPolicy": first["accel_vgpu_scheduler_policy"]},
+            }
+            # The release's settings are its first pool's; HAMi takes a node's own split count and scaling from its
+            # nodeconfig entry (HAMi v2.10.0 plugin/server.go readFromConfigFile), so every other pool's nodes get one.
+            node_config = [{"name": host, **_hami_node_settings(p["settings"])}
+                           for p in pools[1:] if _hami_device_settings(p["settings"]) != _hami_device_settings(first)
+                           for host in p["hosts"]]
+            if node_config:
+                values["hami"]["nodeConfig"] = node_config
+    return values
+
+
+def _hami_device_settings(settings: dict[str, Any]) -> dict[str, Any]:
+    """A HAMi pool's device settings under the chart's names (hami.deviceSplitCount, ...)."""
+    return {"deviceSplitCount": int(settings["accel_vgpu_split_count"]),
+            "deviceMemoryScaling": float(settings["accel_vgpu_memory_scaling"]),
+            "deviceCoreScaling": float(settings["accel_vgpu_core_scaling"])}
+
+
+def _hami_node_settings(settings: dict[str, Any]) -> dict[str, Any]:
+    """The same settings as a HAMi nodeconfig entry names them (pkg/device/nvidia/device.go NodeDefaultConfig)."""
+    return {key.lower(): value for key, value in _hami_device_settings(settings).items()}

@@ -72,9 +72,9 @@ def accel_pool_releases(pools, cluster, prefix=accel_chart_values.RELEASE_PREFIX
     return accel_chart_values.pool_releases(pools, cluster, prefix, chart_dir)
 
 
-def accel_verify_pools(pools, releases):
+def accel_verify_pools(pools, releases, gpu_operator=False):
     """The verify module's pool list (accel_verify.expected_pools)."""
-    return accel_verify.expected_pools(pools, releases)
+    return accel_verify.expected_pools(pools, releases, bool(gpu_operator))
 
 
 class FilterModule:

@@ -7,12 +7,33 @@ from __future__ import annotations
 from typing import Any
 
 from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_pools
+from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_constants import GPU_OPERATOR_VERSION
 
 FAKE_NODE_ANNOTATION = "kwok.x-k8s.io/node"
+# On a fake node (lab): where its GPU capacity came from. The lab's device-plugin stand-ins write the capacity the
+# upstream plugins would register from what kube-accel deployed (node label, ConfigMaps) and mark it with their
+# name; "inventory" marks capacity the lab copied from the inventory (MIG and gpu-manager pools, or a lab without
+# its stand-ins), which verify does not count as evidence.
+LAB_CAPACITY_ANNOTATION = "kube-accel.lab/capacity"
+LAB_CAPACITY_FROM_INVENTORY = "inventory"
 
 
-def expected_pools(pools: list[dict[str, Any]], releases: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The verify module's pool list: per pool, its release, the labels and resources it promises, the Job request.
+# The GPU Operator's operand DaemonSets kube-accel leaves to it (gpu-operator v26.7.0 assets/state-*/ names).
+OPERATOR_DCGM_EXPORTER = "nvidia-dcgm-exporter"
+OPERATOR_MIG_MANAGER = "nvidia-mig-manager"
+
+
+def operator_operands(settings: dict[str, Any]) -> dict[str, bool]:
+    """Which of the GPU Operator's operands kube-accel means it to run on a pool's nodes: the MIG manager where it
+    owns the MIG layout, the DCGM exporter on every pool but VM passthrough (whose GPUs have no driver)."""
+    return {OPERATOR_MIG_MANAGER: accel_pools.operator_mig(settings),
+            OPERATOR_DCGM_EXPORTER: not accel_pools.setting_on(settings, "accel_vfio_passthrough")}
+
+
+def expected_pools(pools: list[dict[str, Any]], releases: list[dict[str, Any]],
+                   gpu_operator: bool = False) -> list[dict[str, Any]]:
+    """The verify module's pool list: per pool, its release, the labels and resources it promises, the Job request
+    and, with ``gpu_operator``, the operator's operands meant to run there.
 
     ``pools``: accel_pools.collect_pools entries with gpu_count/gpu_memory_mib; ``releases``: their
     accel_chart_values.pool_releases.
@@ -38,6 +59,7 @@ def expected_pools(pools: list[dict[str, Any]], releases: list[dict[str, Any]]) 
             **({"scheduler_name": hami[pool["pool"]]} if pool["pool"] in hami else {}),
             # HAMi's webhook takes every nvidia.com/gpu pod (README "HAMi and whole-GPU pools in one cluster").
             **({"pod_labels": {"hami.io/webhook": "ignore"}} if hami and pool["pool"] not in hami else {}),
+            **({"operands": operator_operands(settings)} if gpu_operator else {}),
         })
     return out
 
@@ -70,6 +92,21 @@ def daemon_problems(node: str, pods: list[dict[str, Any]]) -> list[str]:
     if not any(p["ready"] for p in pods):
         return [f"{node}: DaemonSet pod(s) {', '.join(p['name'] for p in pods)} not Ready"]
     return []
+
+
+def operand_problems(node: str, pods: list[dict[str, Any]], operands: dict[str, bool]) -> list[str]:
+    """``pods``: the GPU Operator's operand pods on this node, as {name, daemonset, ready}; ``operands``: which
+    DaemonSets are meant to run here."""
+    problems = []
+    for daemonset, wanted in sorted(operands.items()):
+        mine = [p for p in pods if p["daemonset"] == daemonset]
+        if wanted and not mine:
+            problems.append(f"{node}: no {daemonset} pod (the GPU Operator should run it here)")
+        elif wanted and not any(p["ready"] for p in mine):
+            problems.append(f"{node}: {daemonset} pod(s) {', '.join(p['name'] for p in mine)} not Ready")
+        elif not wanted and mine:
+            problems.append(f"{node}: {daemonset} pod {mine[0]['name']} runs here; kube-accel keeps it off this pool")
+    return problems
 
 
 def job_manifest(name: str, namespace: str, pool_label: str, pool: str, request: dict[str, str],
@@ -105,7 +142,10 @@ def job_manifest(name: str, namespace: str, pool_label: str, pool: str, request:
 # HAMi v2.10.0's marks on a pod it scheduled (pkg/util/types.go:21, pkg/device/nvidia/device.go:168).
 HAMI_ASSIGNED_NODE = "hami.io/vgpu-node"
 HAMI_DEVICES_ALLOCATED = "hami.io/vgpu-devices-allocated"
-# What verify prints in the allocatable column of a fake node: capacity the lab wrote, never compared.
+# What verify prints in the operator column when the GPU Operator's chart was not installed (its role said why).
+NOT_INSTALLED = "not installed"
+# What verify prints in the allocatable column of a pool whose fake nodes' capacity the lab copied from the
+# inventory: never compared.
 STAND_IN = "stand-in"
 
 
@@ -124,26 +164,39 @@ def hami_problems(pool: str, pod: dict[str, Any], scheduler_name: str) -> list[s
     return problems
 
 
-def evidence(fake_nodes: int, total_nodes: int, hami: bool) -> list[str]:
+def evidence(fake_nodes: int, total_nodes: int, hami: bool, inventory_nodes: int = 0,
+             operator: bool = False) -> list[str]:
     """Where each check's evidence comes from: upstream code (which component) or a lab stand-in (which one).
     kube-accel's own output (labels, releases, Jobs) is what is checked; no check compares a lab setting with
-    itself."""
+    itself. ``inventory_nodes``: fake nodes whose capacity the lab copied from the inventory (not checked)."""
     real = total_nodes - fake_nodes
+    registered = fake_nodes - inventory_nodes
     lines = ["evidence (upstream: code kube-accel runs but does not write"
              + ("; stand-in: the lab's replacement for what needs a GPU):" if fake_nodes else "):"),
              "  labels       upstream kube-apiserver: the labels the cluster play wrote, read back",
              "  daemonset    upstream kube-controller-manager DaemonSet controller placed the releases' pods; Ready "
              + ("from the kubelet" if not fake_nodes else
                 "from kwok (stand-in for the kubelet)" + (" and the kubelet" if real else ""))]
-    if fake_nodes:
-        lines.append("  allocatable  " + ("upstream device plugins on real nodes; " if real else "")
-                     + f"not checked on the {fake_nodes} fake node(s): their capacity is written by scripts/lab.py "
-                     "(stand-in for the device plugins' kubelet registration)")
-    else:
-        lines.append("  allocatable  upstream device plugins (registered with the kubelet)")
+    allocatable = []
+    if real:
+        allocatable.append("upstream device plugins (registered with the kubelet) on the real node(s)")
+    if registered:
+        allocatable.append(
+            f"on {registered} fake node(s) the lab's device-plugin stand-ins (for the plugins' kubelet registration) "
+            "wrote what upstream code chose from kube-accel's releases: config-manager (k8s-device-plugin v0.20.0) "
+            "following the node's label, the config read by the plugin's own loader; HAMi's device config")
+    if inventory_nodes:
+        allocatable.append(f"not checked on the {inventory_nodes} fake node(s) whose capacity scripts/lab.py copied "
+                           "from the inventory (MIG and gpu-manager pools: no stand-in registers them)")
+    lines.append("  allocatable  " + "; ".join(allocatable))
     lines.append("  job          upstream kube-scheduler placed the Job's pod on the pool; "
                  + ("run by kwok (stand-in for the kubelet): no GPU ran the Jobs" if fake_nodes else
                     "run by the kubelet on the pool's GPUs"))
+    if operator:
+        lines.append(f"  operator     upstream GPU Operator {GPU_OPERATOR_VERSION} controller: from the ClusterPolicy "
+                     "kube-accel installed and the node labels, it labelled the nodes gpu.deploy.* and created its "
+                     "operand DaemonSets; kube-controller-manager placed their pods"
+                     + ("; Ready from kwok (stand-in for the kubelet)" if fake_nodes else ""))
     if hami:
         lines.append("  hami         upstream HAMi v2.10.0: its webhook set schedulerName, its extender "
                      "(hami-scheduler) chose the GPUs and bound the pod"
@@ -152,8 +205,10 @@ def evidence(fake_nodes: int, total_nodes: int, hami: bool) -> list[str]:
     return lines
 
 
-def render_table(rows: list[dict[str, Any]], fake_nodes: int, total_nodes: int) -> str:
+def render_table(rows: list[dict[str, Any]], fake_nodes: int, total_nodes: int, inventory_nodes: int = 0) -> str:
     headers = ["pool", "mode", "nodes", "labels", "daemonset", "allocatable", "job", "result"]
+    if any("operator" in r for r in rows):
+        headers.insert(headers.index("job"), "operator")
     if any("hami" in r for r in rows):
         headers.insert(-1, "hami")
     table = [headers] + [[str(r.get(h, "")) for h in headers] for r in rows]
@@ -163,5 +218,6 @@ def render_table(rows: list[dict[str, Any]], fake_nodes: int, total_nodes: int) 
     lines.insert(1, "  ".join("-" * w for w in widths))
     if fake_nodes:
         lines.append(f"note: {fake_nodes} of {total_nodes} nodes are kwok fakes (lab): no GPU ran the Jobs.")
-    lines += evidence(fake_nodes, total_nodes, any("hami" in r for r in rows))
+    lines += evidence(fake_nodes, total_nodes, any("hami" in r for r in rows), inventory_nodes,
+                      any(r.get("operator") not in (None, NOT_INSTALLED) for r in rows))
     return "\n".join(lines)

@@ -15,7 +15,13 @@ description:
     no change.
   - On a pool with C(scheduler_name) (HAMi pools), the Job's pod must carry HAMi's marks, proving HAMi's webhook
     and scheduler extender handled it.
-  - Capacity of kwok fake nodes (lab) is written by the lab, not by a device plugin, so it is not checked there.
+  - With O(operator_namespace), the GPU Operator's operand pods (its DCGM exporter and MIG manager DaemonSets) must
+    run exactly on the nodes of the pools whose C(operands) say so; when the operator's chart is not installed
+    there (no Deployment in that namespace) the column says so and nothing is checked.
+  - Nodes, DaemonSet pods, allocatable and operands are read again until they pass or O(settle_timeout) runs out,
+    since a device plugin registers its resources a moment after its pod is Ready.
+  - On kwok fake nodes (lab), capacity the lab copied from the inventory (annotation C(kube-accel.lab/capacity=inventory))
+    is not checked; capacity the lab's device-plugin stand-ins wrote from what kube-accel deployed is.
   - The summary says where each check's evidence comes from (upstream component or lab stand-in).
   - Every check runs; the module fails at the end with all problems and the summary table.
 version_added: "0.1.0"
@@ -28,6 +34,8 @@ options:
       - Optional C(scheduler_name) (HAMi pools), the scheduler HAMi's webhook must set on the Job's pod.
       - Optional C(pod_labels), extra labels of the Job's pod (other pools in a cluster with HAMi carry
         hami.io/webhook=ignore, as their workloads must).
+      - Optional C(operands) maps a GPU Operator operand DaemonSet name to whether it must run on the pool's nodes
+        (checked with O(operator_namespace)).
     type: list
     elements: dict
     required: true
@@ -59,6 +67,13 @@ options:
     description: Seconds to wait for each Job to complete.
     type: int
     default: 120
+  settle_timeout:
+    description: Seconds to keep reading the nodes and pods back until labels, DaemonSet pods and allocatable pass.
+    type: int
+    default: 180
+  operator_namespace:
+    description: Namespace of the GPU Operator whose operands are checked; none when omitted.
+    type: str
 extends_documentation_fragment:
   - kube_accel.gpu.kube_client
   - ansible.builtin.action_common_attributes
@@ -117,12 +132,16 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_kube import KUBE_ARGUMENT_SPEC, api_client
 from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_verify import (
     FAKE_NODE_ANNOTATION,
+    LAB_CAPACITY_ANNOTATION,
+    LAB_CAPACITY_FROM_INVENTORY,
+    NOT_INSTALLED,
     STAND_IN,
     allocatable_problems,
     daemon_problems,
     hami_problems,
     job_manifest,
     label_problems,
+    operand_problems,
     render_table,
 )
 
@@ -178,6 +197,47 @@ def run_job(batch, core, p, pool) -> tuple[str, list[str], list]:
         batch.delete_namespaced_job(name, ns, propagation_policy="Background")
 
 
+def daemonset_of(pod) -> str | None:
+    return next((o.name for o in (pod.metadata.owner_references or []) if o.kind == "DaemonSet"), None)
+
+
+def check_nodes(pool, nodes, pods, operator_pods=None) -> dict:
+    """Labels, DaemonSet pods and allocatable of one pool's nodes, and with ``operator_pods`` (the GPU Operator's
+    pods, None when it is not checked) its operands; counts the pool's fake nodes and those whose capacity the lab
+    copied from the inventory (not checked: it would compare the lab with itself)."""
+    found: dict[str, list[str]] = {"labels": [], "daemonset": [], "allocatable": []}
+    if operator_pods is not None and "operands" in pool:
+        found["operator"] = []
+    fake = inventory = 0
+    for name in pool["nodes"]:
+        node = nodes.get(name)
+        if node is None:
+            found["labels"].append(f"{name}: node not in the cluster")
+            continue
+        annotations = node.metadata.annotations or {}
+        found["labels"] += label_problems(name, node.metadata.labels or {}, pool.get("labels", {}))
+        fake += annotations.get(FAKE_NODE_ANNOTATION) == "fake"
+        if annotations.get(FAKE_NODE_ANNOTATION) == "fake" and (
+                annotations.get(LAB_CAPACITY_ANNOTATION) == LAB_CAPACITY_FROM_INVENTORY):
+            inventory += 1
+        else:
+            found["allocatable"] += allocatable_problems(name, node.status.allocatable or {},
+                                                         pool.get("resources", {}))
+        mine = [
+            {"name": pd.metadata.name, "ready": pod_ready(pd)}
+            for pd in pods
+            if pd.spec.node_name == name
+            and (pd.metadata.labels or {}).get("app.kubernetes.io/instance") == pool["release"]
+            and any(o.kind == "DaemonSet" for o in (pd.metadata.owner_references or []))
+        ]
+        found["daemonset"] += daemon_problems(name, mine)
+        if "operator" in found:
+            found["operator"] += operand_problems(name, [
+                {"name": pd.metadata.name, "daemonset": daemonset_of(pd), "ready": pod_ready(pd)}
+                for pd in operator_pods if pd.spec.node_name == name], pool["operands"])
+    return {"found": found, "fake": fake, "inventory": inventory}
+
+
 def main():
     module = AnsibleModule(
         argument_spec={
@@ -189,51 +249,46 @@ def main():
             "job_image": {"type": "str", "default": "nvcr.io/nvidia/cuda:12.4.1-base-ubuntu22.04"},
             "job_command": {"type": "list", "elements": "str", "default": ["nvidia-smi", "-L"]},
             "job_timeout": {"type": "int", "default": 120},
+            "settle_timeout": {"type": "int", "default": 180},
+            "operator_namespace": {"type": "str"},
             **KUBE_ARGUMENT_SPEC,
         },
         supports_check_mode=True,
     )
     p = module.params
     kube = api_client(module)
-    try:
-        core, batch = client.CoreV1Api(kube), client.BatchV1Api(kube)
-        nodes = {n.metadata.name: n for n in core.list_node().items}
-        pods = core.list_namespaced_pod(p["namespace"]).items
-    except Exception as exc:  # noqa: BLE001 - any failure to reach the API is reported the same way
-        module.fail_json(msg=f"cannot read the cluster ({p['kubeconfig']}): {exc}")
+    core, batch = client.CoreV1Api(kube), client.BatchV1Api(kube)
+    deadline = time.time() + p["settle_timeout"]
+    operator_ns = p["operator_namespace"]
+    while True:
+        try:
+            nodes = {n.metadata.name: n for n in core.list_node().items}
+            pods = core.list_namespaced_pod(p["namespace"]).items
+            operator_pods = None
+            if operator_ns and client.AppsV1Api(kube).list_namespaced_deployment(operator_ns).items:
+                operator_pods = core.list_namespaced_pod(operator_ns).items
+        except Exception as exc:  # noqa: BLE001 - any failure to reach the API is reported the same way
+            module.fail_json(msg=f"cannot read the cluster ({p['kubeconfig']}): {exc}")
+        checked = [check_nodes(pool, nodes, pods, operator_pods) for pool in p["pools"]]
+        if time.time() >= deadline or not any(v for c in checked for v in c["found"].values()):
+            break
+        time.sleep(2)
 
-    rows, problems, fake, total = [], [], 0, 0
-    for pool in p["pools"]:
+    rows, problems = [], []
+    fake = sum(c["fake"] for c in checked)
+    inventory = sum(c["inventory"] for c in checked)
+    total = sum(len(pool["nodes"]) for pool in p["pools"])
+    for index, pool in enumerate(p["pools"]):
+        c = checked[index]  # indexed, not zip(strict=True): modules run on Python 3.9 too
         row = {"pool": pool["pool"], "mode": pool["mode"], "nodes": len(pool["nodes"])}
-        found: dict[str, list[str]] = {"labels": [], "daemonset": [], "allocatable": []}
-        pool_fake = 0
-        for name in pool["nodes"]:
-            total += 1
-            node = nodes.get(name)
-            if node is None:
-                found["labels"].append(f"{name}: node not in the cluster")
-                continue
-            found["labels"] += label_problems(name, node.metadata.labels or {}, pool.get("labels", {}))
-            if (node.metadata.annotations or {}).get(FAKE_NODE_ANNOTATION) == "fake":
-                # The lab wrote this capacity from the same inventory: comparing it would prove nothing.
-                fake += 1
-                pool_fake += 1
-            else:
-                found["allocatable"] += allocatable_problems(name, node.status.allocatable or {},
-                                                             pool.get("resources", {}))
-            mine = [
-                {"name": pd.metadata.name, "ready": pod_ready(pd)}
-                for pd in pods
-                if pd.spec.node_name == name
-                and (pd.metadata.labels or {}).get("app.kubernetes.io/instance") == pool["release"]
-                and any(o.kind == "DaemonSet" for o in (pd.metadata.owner_references or []))
-            ]
-            found["daemonset"] += daemon_problems(name, mine)
+        found = c["found"]
         pool_problems = [item for items in found.values() for item in items]
         for key, items in found.items():
             row[key] = "ok" if not items else f"{len(items)} problem(s)"
-        if pool_fake == len(pool["nodes"]) and pool["nodes"]:
+        if c["inventory"] == len(pool["nodes"]) and pool["nodes"]:
             row["allocatable"] = STAND_IN
+        if operator_ns and "operands" in pool and "operator" not in found:
+            row["operator"] = NOT_INSTALLED
         scheduler_name = pool.get("scheduler_name")
         if p["run_jobs"] and not module.check_mode:
             try:
@@ -257,7 +312,7 @@ def main():
         row["result"] = "FAIL" if pool_problems else "PASS"
         problems += pool_problems
         rows.append(row)
-    table = render_table(rows, fake, total)
+    table = render_table(rows, fake, total, inventory)
     result = {"changed": False, "rows": rows, "table": table, "problems": problems, "fake_nodes": fake}
     if problems:
         module.fail_json(msg="pool verification failed:\n" + "\n".join(problems) + "\n\n" + table, **result)

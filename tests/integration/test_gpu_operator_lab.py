@@ -80,14 +80,16 @@ def fake_node(lab, name: str, node_labels: dict[str, str]) -> None:
 def intended() -> dict[str, dict]:
     """Node -> what kube-accel means the operator to run there, from the lab inventory's pools: the MIG manager on
     the pools whose MIG layout the operator owns, the DCGM exporter on every pool but VM passthrough."""
+    from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_verify  # noqa: PLC0415
     from lab import gpu_hosts, inventory  # scripts/lab.py
 
     out = {}
     for pool in accel_pools.collect_pools(gpu_hosts(inventory())):
         settings = pool["settings"]
+        operands = accel_verify.operator_operands(settings)  # what the verify play checks too
         for host in pool["hosts"]:
-            out[host] = {"settings": settings, "mig_manager": accel_pools.operator_mig(settings),
-                         "dcgm_exporter": not accel_pools.setting_on(settings, "accel_vfio_passthrough")}
+            out[host] = {"settings": settings, "mig_manager": operands[accel_verify.OPERATOR_MIG_MANAGER],
+                         "dcgm_exporter": operands[accel_verify.OPERATOR_DCGM_EXPORTER]}
     return out
 
 

@@ -47,15 +47,25 @@ def test_table_mentions_fake_nodes():
 def test_table_names_each_checks_source_and_never_checks_lab_capacity():
     rows = [{"pool": "h", "mode": "vgpu", "nodes": 2, "labels": "ok", "daemonset": "ok", "allocatable": av.STAND_IN,
              "job": "completed on n", "hami": "ok", "result": "PASS"}]
-    text = av.render_table(rows, 2, 2)
+    text = av.render_table(rows, 2, 2, inventory_nodes=2)
     assert text.splitlines()[0].split()[-2:] == ["hami", "result"]
     evidence = text[text.index("evidence"):]
     assert "upstream kube-apiserver" in evidence and "upstream kube-controller-manager" in evidence
     assert "kwok (stand-in for the kubelet)" in evidence
     assert "not checked on the 2 fake node(s)" in evidence and "scripts/lab.py" in evidence
+    assert "device-plugin stand-ins" not in evidence  # no fake node's capacity came from a stand-in
     assert "upstream HAMi v2.10.0" in evidence and "hami-device-plugin-standin" in evidence
     real = av.render_table([{**rows[0], "allocatable": "ok"}], 0, 2)
     assert "stand-in" not in real and "upstream device plugins" in real
+
+
+def test_evidence_separates_stand_in_registrations_from_inventory_copies():
+    (line,) = [x for x in av.evidence(5, 6, False, inventory_nodes=2) if x.lstrip().startswith("allocatable")]
+    assert "upstream device plugins (registered with the kubelet) on the real node(s)" in line
+    assert "on 3 fake node(s) the lab's device-plugin stand-ins" in line and "config-manager" in line
+    assert "not checked on the 2 fake node(s)" in line
+    (only_standins,) = [x for x in av.evidence(3, 3, False) if x.lstrip().startswith("allocatable")]
+    assert "not checked" not in only_standins and "real node" not in only_standins
 
 
 def test_hami_problems_need_hamis_scheduler_and_assignment():
@@ -73,3 +83,43 @@ def test_job_pod_labels():
                           {"hami.io/webhook": "ignore"})
     assert job["spec"]["template"]["metadata"]["labels"] == {"app.kubernetes.io/component": "verify",
                                                              "hami.io/webhook": "ignore"}
+
+
+def test_operand_problems_want_each_operand_exactly_where_kube_accel_means_it():
+    exporter, mig = av.OPERATOR_DCGM_EXPORTER, av.OPERATOR_MIG_MANAGER
+    pods = [{"name": "nvidia-dcgm-exporter-x", "daemonset": exporter, "ready": True}]
+    assert av.operand_problems("n", pods, {exporter: True, mig: False}) == []
+    assert av.operand_problems("n", pods, {exporter: True, mig: True}) == [
+        "n: no nvidia-mig-manager pod (the GPU Operator should run it here)"]
+    assert av.operand_problems("n", pods, {exporter: False, mig: False}) == [
+        "n: nvidia-dcgm-exporter pod nvidia-dcgm-exporter-x runs here; kube-accel keeps it off this pool"]
+    assert av.operand_problems("n", [{**pods[0], "ready": False}], {exporter: True}) == [
+        "n: nvidia-dcgm-exporter pod(s) nvidia-dcgm-exporter-x not Ready"]
+
+
+def test_expected_pools_carry_the_operands_only_with_the_operator():
+    """The lab inventory's pools through the same filters the verify role uses: the MIG manager on the pool whose
+    MIG layout the operator owns (mig_owner operator), the DCGM exporter on every pool."""
+    import lab  # scripts/lab.py
+    from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_chart_values, accel_pools
+
+    pools = accel_pools.collect_pools(lab.gpu_hosts(lab.inventory()))
+    releases = accel_chart_values.pool_releases(pools, {})
+    assert all("operands" not in p for p in av.expected_pools(pools, releases))
+    operands = {p["pool"]: p["operands"] for p in av.expected_pools(pools, releases, gpu_operator=True)}
+    assert {pool for pool, o in operands.items() if o[av.OPERATOR_MIG_MANAGER]} == {"mig"}
+    assert all(o[av.OPERATOR_DCGM_EXPORTER] for o in operands.values())
+    passthrough = {**pools[0]["settings"], "accel_vfio_passthrough": True}
+    assert av.operator_operands(passthrough) == {av.OPERATOR_MIG_MANAGER: False, av.OPERATOR_DCGM_EXPORTER: False}
+
+
+def test_operator_column_and_evidence_only_where_the_operator_was_checked():
+    row = {"pool": "mig", "mode": "pgpu", "nodes": 1, "labels": "ok", "daemonset": "ok", "allocatable": "ok",
+           "operator": "ok", "job": "completed on n", "result": "PASS"}
+    text = av.render_table([row], 1, 1)
+    assert text.splitlines()[0].split() == ["pool", "mode", "nodes", "labels", "daemonset", "allocatable", "operator",
+                                            "job", "result"]
+    assert "upstream GPU Operator v26.7.0 controller" in text
+    skipped = av.render_table([{**row, "operator": av.NOT_INSTALLED}], 1, 1)
+    assert "not installed" in skipped and "GPU Operator v26.7.0" not in skipped
+    assert "operator" not in av.render_table([{k: v for k, v in row.items() if k != "operator"}], 1, 1)

@@ -27,6 +27,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_constants, accel_pools
+from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_verify import (
+    LAB_CAPACITY_ANNOTATION,
+    LAB_CAPACITY_FROM_INVENTORY,
+)
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -169,13 +173,24 @@ def gpu_summary(snapshot: Path) -> tuple[int, str, int]:
     return facts["count"], gpus[0]["name"], int(gpus[0]["memory_total_mib"])
 
 
-def node_manifest(name: str, hostvars: dict) -> dict:
-    """A fake node as a fresh cluster's node: no kube-accel labels (the cluster play sets them). Its GPU capacity
-    and the gpu-feature-discovery labels are the lab's stand-in for the device plugin and GFD (recorded NVML
-    snapshot); verify does not count that capacity as evidence on fake nodes."""
+def capacity_by_standin(settings: dict) -> bool:
+    """Whether a device-plugin stand-in writes this pool's GPU capacity once its plugin pod runs
+    (scripts/lab_upstream.py): NVIDIA's plugin without MIG (pgpu, mps, timeslice) and HAMi's."""
+    if settings["accel_mode"] == "vgpu":
+        return settings["accel_vgpu_backend"] == "hami"
+    return not accel_pools.mig_enabled(settings)
+
+
+def node_manifest(name: str, hostvars: dict, standins: bool = True) -> dict:
+    """A fake node as a fresh cluster's node: no kube-accel labels (the cluster play sets them) and, where a lab
+    stand-in will register its device plugin (``standins``, capacity_by_standin), no GPU capacity either. The
+    gpu-feature-discovery labels stand in for GFD (recorded NVML snapshot). Other nodes get the capacity the
+    inventory promises, marked so that verify does not count it as evidence."""
     settings = accel_pools.pool_settings(hostvars)
     count, product, memory = gpu_summary(NVML_DATA / f"{settings['accel_lab_gpu']}.json")
-    resources = {k: str(v) for k, v in accel_pools.advertised_resources(settings, count, memory).items()}
+    from_inventory = not (standins and capacity_by_standin(settings))
+    resources = {k: str(v) for k, v in accel_pools.advertised_resources(settings, count, memory).items()
+                 if from_inventory}
     base = {"cpu": "64", "memory": "512Gi", "pods": "110"}
     labels = {
         "type": "kwok",
@@ -190,7 +205,9 @@ def node_manifest(name: str, hostvars: dict) -> dict:
     return {
         "apiVersion": "v1",
         "kind": "Node",
-        "metadata": {"name": name, "labels": labels, "annotations": {"kwok.x-k8s.io/node": "fake"}},
+        "metadata": {"name": name, "labels": labels, "annotations": {
+            "kwok.x-k8s.io/node": "fake",
+            **({LAB_CAPACITY_ANNOTATION: LAB_CAPACITY_FROM_INVENTORY} if from_inventory else {})}},
         "spec": {},
         "status": {"capacity": {**base, **resources}, "allocatable": {**base, **resources}},
     }
@@ -216,14 +233,16 @@ def node_names_ready(api) -> tuple[set[str], set[str]]:
     return {n["metadata"]["name"] for n in items}, ready
 
 
-def apply_nodes(site: Site, hosts: dict[str, dict]) -> None:
+def apply_nodes(site: Site, hosts: dict[str, dict], standins: bool) -> None:
     api = node_api(site)
     existing, _ = node_names_ready(api)
 
     def apply(name: str) -> None:
-        body = node_manifest(name, hosts[name])
+        body = node_manifest(name, hosts[name], standins)
         if name in existing:
-            api.patch_node(name, {"metadata": {"labels": body["metadata"]["labels"]}}, _preload_content=False)
+            api.patch_node(name, {"metadata": {"labels": body["metadata"]["labels"],
+                                               "annotations": body["metadata"]["annotations"]}},
+                           _preload_content=False)
         else:
             api.create_node(body, _preload_content=False)
         # Capacity lives in the status subresource; set it explicitly so it survives kwok's initialisation.
@@ -310,7 +329,7 @@ def up(args: argparse.Namespace) -> None:
         )
         log(f"control plane up in {time.time() - started:.1f} s")
     hosts = gpu_hosts(inventory(site.inventory))
-    apply_nodes(site, hosts)
+    apply_nodes(site, hosts, standins=not args.no_upstream)
     if not args.no_hosts:
         start_hosts(site, hosts)
     if not args.no_upstream:
@@ -320,8 +339,9 @@ def up(args: argparse.Namespace) -> None:
 def start_upstream(site: Site, hosts: dict[str, dict]) -> None:
     """Upstream controllers as lab processes (scripts/lab_upstream.py): HAMi's extender, webhook and kube-scheduler
     for a vgpu-hami pool, with the HAMi device-plugin stand-in; gpu-admission and its kube-scheduler for a
-    vgpu/gpu-manager pool; the GPU Operator's controller when the inventory enables the operator. A component
-    already running is left alone."""
+    vgpu/gpu-manager pool; the GPU Operator's controller when the inventory enables the operator; the device-plugin
+    stand-in, which runs each NVIDIA device-plugin pod's config-manager. A component already running is left
+    alone."""
     import lab_upstream  # noqa: PLC0415
 
     running = lab_upstream.running(site.root)
@@ -334,6 +354,13 @@ def start_upstream(site: Site, hosts: dict[str, dict]) -> None:
         start_gpu_admission(site, hosts, first)
     if lab_upstream.GPU_OPERATOR not in running and truthy(first.get("accel_gpu_operator_enabled", False)):
         start_gpu_operator(site, hosts, first)
+    if lab_upstream.DP_STANDIN not in running:
+        # NVIDIA's plugin (HAMi's stand-in registers the vgpu-hami nodes).
+        counts = {name: gpu_summary(NVML_DATA / f"{hv['accel_lab_gpu']}.json")[0] for name, hv in hosts.items()
+                  if (st := accel_pools.pool_settings(hv))["accel_mode"] != "vgpu" and capacity_by_standin(st)}
+        started = time.time()
+        lab_upstream.start_dp_standin(site.root, counts)
+        log(f"device-plugin stand-in (config-manager per node) up in {time.time() - started:.1f} s")
 
 
 def truthy(value) -> bool:

@@ -14,7 +14,15 @@ Stand-ins (lab code, named "stand-in" in logs, processes and the verify table):
   hami-device-plugin-standin   for HAMi's device plugin: on nodes that run the vgpu chart's device-plugin pod it
                    writes HAMi's node registration (hami.io/node-nvidia-register, HAMi's JSON encoding) for the
                    host's recorded GPUs and the deployed device config, and completes allocations as the
-                   plugin's Allocate does (hami.io/bind-phase=success, hami.io/mutex.lock released)
+                   plugin's Allocate does (hami.io/bind-phase=success, hami.io/mutex.lock released); the node's
+                   capacity is what that plugin registers with the kubelet: deviceSplitCount (or the node's
+                   nodeconfig entry) devices per GPU
+  device-plugin-standin        for NVIDIA's device plugin (pgpu, mps and timeslice pools): on nodes that run a
+                   k8s-device-plugin pod it runs that pod's config-manager sidecar (the upstream binary, its
+                   rendered env, the ConfigMap files the kubelet would mount) in a PID namespace of its own, loads
+                   the config file config-manager selected with the plugin's own loader (ka-conform-deviceplugin)
+                   and writes the capacity the plugin would register: nvidia.com/gpu, or a replicated resource's
+                   (re)name times its replicas. Under a MIG strategy it writes nothing (MIG devices need a GPU).
 
 The API server reaches the webhook through a lab MutatingWebhookConfiguration: a copy of the chart's rendered
 webhook (rules, selectors, failurePolicy) whose clientConfig is a URL on 127.0.0.1 with the lab's own CA. The
@@ -41,6 +49,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 import yaml
+from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_verify import (
+    LAB_CAPACITY_ANNOTATION,
+)
 
 REPO = Path(__file__).resolve().parent.parent
 CACHE = Path(os.environ.get("KA_CACHE", Path.home() / ".cache" / "kube-accel"))
@@ -58,6 +69,8 @@ HAMI_NODE_LOCK = "hami.io/mutex.lock"
 HAMI_ASSIGNED_NODE = "hami.io/vgpu-node"
 HAMI_DEVICES_ALLOCATED = "hami.io/vgpu-devices-allocated"
 START_TIMEOUT = 60
+DP_STANDIN = "device-plugin-standin"
+RESTART_AFTER = 10  # seconds, the kubelet's first CrashLoopBackOff delay
 
 
 def log(msg: str) -> None:
@@ -147,7 +160,8 @@ def stop_all(root: Path) -> None:
     d = root / "procs"
     if not d.exists():
         return
-    for pidfile in sorted(d.glob("*.pid")):
+    # Stand-ins first: the device-plugin stand-in starts config-manager processes.
+    for pidfile in sorted(d.glob("*.pid"), key=lambda p: ("standin" not in p.stem, p.stem)):
         stop_one(d, pidfile.stem)
         log(f"{pidfile.stem} stopped")
 
@@ -488,9 +502,13 @@ def standin(root: Path, hosts_json: Path) -> None:
                 nodeconfig = next((json.loads(cm.data["config.json"]).get("nodeconfig") or [] for cm in cms.items
                                    if "config.json" in (cm.data or {})), [])
                 entry = next((e for e in nodeconfig if e.get("name") == node), None)
-                value = json.dumps(registration(gpus_of[node], dc, entry), separators=(",", ":"))
+                devices = registration(gpus_of[node], dc, entry)
+                value = json.dumps(devices, separators=(",", ":"))
                 if written.get(node) != value:
                     api.patch_node(node, {"metadata": {"annotations": {HAMI_REGISTER: value}}})
+                    # The plugin registers deviceSplitCount devices per GPU under resourceCountName (plugin/server.go).
+                    name = dc.get("nvidia", {}).get("resourceCountName", "nvidia.com/gpu")
+                    set_capacity(api, node, {name: sum(d["count"] for d in devices)}, STANDIN)
                     written[node] = value
                     print(f"registered {len(gpus_of[node])} GPUs of {node} ({instance})", flush=True)
             for pod in pods:
@@ -512,15 +530,193 @@ def standin(root: Path, hosts_json: Path) -> None:
         time.sleep(1)
 
 
+def config_manager_env(c: dict, node: str, kubeconfig: Path, srcdir: Path, dst: Path) -> dict[str, str]:
+    """A config-manager container's rendered env as its pod gets it on ``node``, with what the kubelet provides moved
+    to the lab: KUBECONFIG (in-cluster -> the lab's), NODE_NAME (fieldRef spec.nodeName), the ConfigMap mount
+    (CONFIG_FILE_SRCDIR) and the plugin's config file (CONFIG_FILE_DST)."""
+    env = {}
+    for e in c.get("env", []):
+        if "valueFrom" in e:
+            field = e["valueFrom"].get("fieldRef", {}).get("fieldPath")
+            if field != "spec.nodeName":
+                raise ValueError(f"config-manager env {e['name']}: fieldRef {field!r}, the lab provides spec.nodeName")
+            env[e["name"]] = node
+        else:
+            env[e["name"]] = e.get("value", "")
+    return {**env, "KUBECONFIG": str(kubeconfig), "CONFIG_FILE_SRCDIR": str(srcdir), "CONFIG_FILE_DST": str(dst)}
+
+
+def config_manager_argv(env: dict[str, str], hups: Path) -> list[str]:
+    """config-manager in a PID namespace of its own (the pod's shared process namespace, which it searches for the
+    process to signal) beside a process named PROCESS_TO_SIGNAL: a shell that appends a line to ``hups`` per
+    SIGHUP. Killing the returned process (unshare --kill-child) ends both."""
+    counter = f"trap 'echo HUP >> {hups}' HUP; while :; do sleep 0.1; done"
+    script = (f"(exec -a {env.get('PROCESS_TO_SIGNAL') or 'nvidia-device-plugin'} bash -c \"{counter}\") & "
+              f"sleep 0.3; exec {UPSTREAM_BIN / 'config-manager'}")
+    return ["unshare", "--pid", "--fork", "--kill-child", "--mount-proc", "bash", "-c", script]
+
+
+def plugin_resources(loaded: dict, gpu_count: int) -> dict[str, int] | None:
+    """What k8s-device-plugin v0.20.0 registers with the kubelet for ``gpu_count`` whole GPUs under ``loaded``, the
+    config as the plugin's loader returns it (ka-conform-deviceplugin config): nvidia.com/gpu, or for a resource
+    that sharing.timeSlicing or sharing.mps replicates, its rename (or name) times its replicas
+    (internal/rm/device_map.go updateDeviceMapWithReplicas). None under a MIG strategy: MIG devices need a GPU."""
+    if ((loaded.get("flags") or {}).get("migStrategy") or "none") != "none":
+        return None
+    gpu = "nvidia.com/gpu"  # the plugin's only resource for whole GPUs (resource naming is off in v0.20.0 configs)
+    for kind in ("timeSlicing", "mps"):
+        for r in ((loaded.get("sharing") or {}).get(kind) or {}).get("resources") or []:
+            if r["name"] == gpu:
+                return {r.get("rename") or gpu: gpu_count * int(r["replicas"])}
+    return {gpu: gpu_count}
+
+
+def load_plugin_config(path: Path) -> dict:
+    """``path`` through k8s-device-plugin's own config loader (the ka-conform-deviceplugin harness)."""
+    proc = subprocess.run([str(UPSTREAM_BIN / "ka-conform-deviceplugin"), "config", str(path)],
+                          capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        raise ValueError(f"the device plugin's loader refuses {path}: {proc.stderr.strip()}")
+    return json.loads(proc.stdout)["config"]
+
+
+def set_capacity(api, node: str, resources: dict[str, int | None], source: str) -> None:
+    """Capacity and allocatable as the kubelet reports them once a device plugin registers; None removes one."""
+    quantities = {k: (None if v is None else str(v)) for k, v in resources.items()}
+    api.patch_node_status(node, {"status": {"capacity": quantities, "allocatable": quantities}})
+    api.patch_node(node, {"metadata": {"annotations": {LAB_CAPACITY_ANNOTATION: source}}})
+
+
+def plugin_pods(pods: list[dict], nodes: set[str], image: str) -> dict[str, dict]:
+    """Running device-plugin pods (app.kubernetes.io/component=device-plugin) with a container of ``image`` on
+    ``nodes``, by node."""
+    out = {}
+    for pod in pods:
+        spec, meta = pod["spec"], pod["metadata"]
+        if (meta.get("labels", {}).get("app.kubernetes.io/component") == "device-plugin"
+                and any(image in c["image"] for c in spec["containers"])
+                and spec.get("nodeName") in nodes and pod["status"].get("phase") == "Running"):
+            out[spec["nodeName"]] = pod
+    return out
+
+
+class ConfigManager:
+    """One node's config-manager sidecar, run as its pod runs it (lab process config-manager-NODE)."""
+
+    def __init__(self, root: Path, api, node: str, pod: dict):
+        self.node, self.uid = node, pod["metadata"]["uid"]
+        spec = pod["spec"]
+        (c,) = [c for c in spec["containers"] if c.get("command", [""])[0] == "config-manager"]
+        (vol,) = [v for m in c.get("volumeMounts", []) if m["mountPath"] == "/available-configs"
+                  for v in spec["volumes"] if v["name"] == m["name"]]
+        self.configmap = (pod["metadata"]["namespace"], vol["configMap"]["name"])
+        work = root / "device-plugin" / node
+        shutil.rmtree(work, ignore_errors=True)
+        self.srcdir, self.dst = work / "available-configs", work / "config" / "config.yaml"
+        self.srcdir.mkdir(parents=True)
+        self.dst.parent.mkdir()
+        self.sync(api)
+        env = config_manager_env(c, node, root / "kubeconfig", self.srcdir, self.dst)
+        self.name = f"config-manager-{node}"
+        d = procs_dir(root)
+        with (d / f"{self.name}.log").open("w") as out:
+            self.proc = subprocess.Popen(config_manager_argv(env, work / "hups"), stdout=out,
+                                         stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+                                         env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), **env})
+        (d / f"{self.name}.pid").write_text(f"{self.proc.pid} unshare\n")
+        self.log = d / f"{self.name}.log"
+        self.exited: float | None = None
+        print(f"{self.name} started for pod {pod['metadata']['namespace']}/{pod['metadata']['name']}", flush=True)
+
+    def sync(self, api) -> None:
+        """What the kubelet does for the ConfigMap volume: one file per key, kept current."""
+        ns, name = self.configmap
+        data = api.read_namespaced_config_map(name, ns).data or {}
+        for path in self.srcdir.iterdir():
+            if path.name not in data:
+                path.unlink()
+        for key, text in data.items():
+            path = self.srcdir / key
+            if not path.exists() or path.read_text() != text:
+                path.write_text(text)
+
+    def exited_for(self) -> float:
+        """Seconds since config-manager exited (0 while it runs); its exit and last log lines are printed once."""
+        if self.proc.poll() is None:
+            return 0
+        if self.exited is None:
+            self.exited = time.time()
+            print(f"{self.name} exited with {self.proc.returncode}:\n{last_lines(self.log, 10)}", flush=True)
+        return time.time() - self.exited
+
+    def config(self) -> str | None:
+        return self.dst.read_text() if self.dst.exists() else None
+
+    def stop(self, root: Path) -> None:
+        stop_one(procs_dir(root), self.name)
+
+
+def start_dp_standin(root: Path, gpu_counts: dict[str, int]) -> None:
+    """The device-plugin stand-in for the fake nodes in ``gpu_counts`` (node: GPUs in its recorded snapshot)."""
+    work = root / "device-plugin"
+    work.mkdir(parents=True, exist_ok=True)
+    (work / "hosts.json").write_text(json.dumps(gpu_counts))
+    ready = procs_dir(root) / f"{DP_STANDIN}.ready"
+    ready.unlink(missing_ok=True)
+    start(root, DP_STANDIN, [sys.executable, str(Path(__file__).resolve()), "dp-standin", "--dir", str(root),
+                             "--inventory-json", str(work / "hosts.json")], {"PYTHONUNBUFFERED": "1"}, ready.exists)
+
+
+def dp_standin(root: Path, hosts_json: Path) -> None:
+    """Loop of the device-plugin stand-in (see the module docstring)."""
+    from kubernetes import client, config  # noqa: PLC0415
+
+    gpus_of: dict[str, int] = json.loads(hosts_json.read_text())
+    api = client.CoreV1Api(config.new_client_from_config(str(root / "kubeconfig")))
+    ready = procs_dir(root) / f"{DP_STANDIN}.ready"
+    print(f"{DP_STANDIN}: lab stand-in for k8s-device-plugin's registration on {sorted(gpus_of)}", flush=True)
+    managers: dict[str, ConfigManager] = {}
+    applied: dict[str, tuple[str, dict]] = {}
+    while True:
+        try:
+            pods = json.loads(api.list_pod_for_all_namespaces(_preload_content=False).data)["items"]
+            running = plugin_pods(pods, set(gpus_of), "k8s-device-plugin")
+            for node in sorted(set(managers) - set(running)):
+                managers.pop(node).stop(root)
+            for node, pod in sorted(running.items()):
+                manager = managers.get(node)
+                # A new pod, or the sidecar exited a while ago: the kubelet restarts a failed container (with a
+                # back-off); the plugin keeps the config it has meanwhile.
+                if manager is None or manager.uid != pod["metadata"]["uid"] or manager.exited_for() > RESTART_AFTER:
+                    if manager:
+                        manager.stop(root)
+                    manager = managers[node] = ConfigManager(root, api, node, pod)
+                manager.sync(api)
+                text = manager.config()
+                if text is None or (node in applied and applied[node][0] == text):
+                    continue
+                resources = plugin_resources(load_plugin_config(manager.dst), gpus_of[node])
+                before = applied.get(node, ("", {}))[1]
+                if resources is not None:
+                    set_capacity(api, node, {**dict.fromkeys(before), **resources}, DP_STANDIN)
+                    named = Path(os.readlink(manager.dst)).name if manager.dst.is_symlink() else "?"
+                    print(f"{node}: {resources} from config {named}", flush=True)
+                applied[node] = (text, resources or {})
+            ready.touch()
+        except Exception as exc:  # noqa: BLE001 - keep serving; the log says what went wrong
+            print(f"error: {exc}", flush=True)
+        time.sleep(1)
+
+
 def main() -> None:
     import argparse  # noqa: PLC0415
 
     parser = argparse.ArgumentParser()
-    parser.add_argument("cmd", choices=["standin"])
+    parser.add_argument("cmd", choices=["standin", "dp-standin"])
     parser.add_argument("--dir", required=True)
     parser.add_argument("--inventory-json", required=True)
     args = parser.parse_args()
-    standin(Path(args.dir), Path(args.inventory_json))
+    (standin if args.cmd == "standin" else dp_standin)(Path(args.dir), Path(args.inventory_json))
 
 
 if __name__ == "__main__":

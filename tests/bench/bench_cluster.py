@@ -270,7 +270,7 @@ def pool_pod_specs(size: int) -> list[tuple[str, dict, int]]:
     for group, hosts in node_names(size).items():
         settings = accel_pools.pool_settings(pool_groups()[group])
         request = accel_pools.request_for(settings)
-        allocatable = labpy.node_manifest("capacity", pool_groups()[group])["status"]["allocatable"]
+        allocatable = labpy.node_manifest("capacity", pool_groups()[group], standins=False)["status"]["allocatable"]
         per_node = min([int(allocatable["pods"]) - daemon_pods]
                        + [int(allocatable.get(r, 0)) // int(q) for r, q in request.items()])
         spec = {

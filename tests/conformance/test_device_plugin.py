@@ -14,6 +14,7 @@ import re
 from pathlib import Path
 
 import jinja2
+import lab_upstream
 import pytest
 import upstream
 import yaml
@@ -311,9 +312,31 @@ def test_mps_configs_advertise_what_kube_accel_promises(inventory, tmp_path):
             continue
         loaded = harness_config(configs[accel_pools.device_plugin_config(settings)], tmp_path)["config"]
         (resource,) = loaded["sharing"]["mps"]["resources"]
-        advertised = resource.get("rename") or resource["name"]
+        assert resource["name"] == "nvidia.com/gpu" and resource["replicas"] > 1, resource
+        # The lab's device-plugin stand-in registers exactly this (scripts/lab_upstream.py plugin_resources).
         promise = accel_pools.advertised_resources(settings, 2, 24576)
-        assert promise == {advertised: 2 * resource["replicas"]}, (pool["pool"], loaded["sharing"])
+        assert lab_upstream.plugin_resources(loaded, 2) == promise, (pool["pool"], loaded["sharing"])
+
+
+@pytest.mark.parametrize("inventory", ["lab", "example"])
+def test_whole_gpu_configs_advertise_what_kube_accel_promises(inventory, tmp_path):
+    """Every pgpu pool's named config as the plugin loads it: whole GPUs register as nvidia.com/gpu, one per GPU,
+    which is what accel_pools promises and what the lab's device-plugin stand-in writes; under a MIG strategy the
+    stand-in writes nothing (MIG devices need a GPU) and the lab keeps the inventory's capacity."""
+    releases = {r["key"]: r for r in _releases(inventory)}
+    objs = rendered("pgpu", releases["pgpu"]["values"], tmp_path)
+    configs = named_configs(objs)
+    pools = [p for p in accel_pools.collect_pools(_inventory_hosts(inventory))
+             if p["settings"]["accel_mode"] == "pgpu"]
+    assert pools and {accel_pools.device_plugin_config(p["settings"]) for p in pools} <= set(configs)
+    for pool in pools:
+        settings = pool["settings"]
+        loaded = harness_config(configs[accel_pools.device_plugin_config(settings)], tmp_path)["config"]
+        if accel_pools.mig_enabled(settings):
+            assert loaded["flags"]["migStrategy"] in ("single", "mixed"), loaded["flags"]
+            assert lab_upstream.plugin_resources(loaded, 4) is None
+        else:
+            assert lab_upstream.plugin_resources(loaded, 4) == accel_pools.advertised_resources(settings, 4, 81920)
 
 
 @pytest.mark.parametrize("inventory", ["lab", "example"])
@@ -341,9 +364,9 @@ def test_timeslice_configs_advertise_what_kube_accel_promises(inventory, tmp_pat
         assert "mps" not in (loaded.get("sharing") or {}) or not loaded["sharing"]["mps"], loaded["sharing"]
         sliced = loaded["sharing"]["timeSlicing"]
         (resource,) = sliced["resources"]
-        advertised = resource.get("rename") or resource["name"]
+        assert resource["name"] == "nvidia.com/gpu" and resource["replicas"] > 1, resource
         promise = accel_pools.advertised_resources(settings, 3, 15360)
-        assert promise == {advertised: 3 * resource["replicas"]}, (pool["pool"], sliced)
+        assert lab_upstream.plugin_resources(loaded, 3) == promise, (pool["pool"], sliced)
         assert sliced.get("failRequestsGreaterThanOne", False) == \
             accel_pools.time_slicing(settings)["failRequestsGreaterThanOne"]
     # helm test asks for a resource the release's default config advertises.

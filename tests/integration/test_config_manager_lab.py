@@ -59,16 +59,12 @@ def named_configs(objs: list[dict]) -> dict[str, str]:
 
 
 def env_of(c: dict, srcdir: Path, dst: Path, kubeconfig: Path) -> dict[str, str]:
-    env = {}
-    for e in c["env"]:
-        if "valueFrom" in e:
-            assert e["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName", e
-            env[e["name"]] = NODE
-        else:
-            env[e["name"]] = e["value"]
-    assert env["KUBECONFIG"] == "" and env["CONFIG_FILE_SRCDIR"] == "/available-configs"
-    assert env["CONFIG_FILE_DST"] == "/config/config.yaml"
-    return {**env, "KUBECONFIG": str(kubeconfig), "CONFIG_FILE_SRCDIR": str(srcdir), "CONFIG_FILE_DST": str(dst)}
+    import lab_upstream  # noqa: PLC0415
+
+    rendered = {e["name"]: e.get("value") for e in c["env"]}
+    assert rendered["KUBECONFIG"] == "" and rendered["CONFIG_FILE_SRCDIR"] == "/available-configs"
+    assert rendered["CONFIG_FILE_DST"] == "/config/config.yaml"
+    return lab_upstream.config_manager_env(c, NODE, kubeconfig, srcdir, dst)
 
 
 @pytest.fixture(scope="module")
@@ -100,11 +96,11 @@ class Sidecar:
         self.hups.write_text("")
         env = env_of(c, self.srcdir, self.dst, lab.kubeconfig)
         assert env["ONESHOT"] == "false" and env["SEND_SIGNAL"] == "true" and env["PROCESS_TO_SIGNAL"]
-        counter = f"trap 'echo HUP >> {self.hups}' HUP; while :; do sleep 0.1; done"
-        script = (f"(exec -a {env['PROCESS_TO_SIGNAL']} bash -c \"{counter}\") & sleep 0.3; "
-                  f"exec {upstream.binary('config-manager')}")
-        self.proc = subprocess.Popen(["unshare", "--pid", "--fork", "--kill-child", "--mount-proc", "bash", "-c",
-                                      script], env={"PATH": os.environ["PATH"], **env}, stdout=subprocess.PIPE,
+        upstream.binary("config-manager")  # built, or a failure that says how
+        import lab_upstream  # noqa: PLC0415
+
+        self.proc = subprocess.Popen(lab_upstream.config_manager_argv(env, self.hups),
+                                     env={"PATH": os.environ["PATH"], **env}, stdout=subprocess.PIPE,
                                      stderr=subprocess.STDOUT, text=True, start_new_session=True)
 
     def signals(self) -> int:

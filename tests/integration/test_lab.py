@@ -27,9 +27,9 @@ def test_server_reports_pinned_version(lab):
 def test_pool_labels_role_labels_the_fresh_nodes(lab):
     """The fixture labels the lab's fresh nodes with the cluster play's pool_labels role: the labels come from that
     role on a real API server, the expected values from the lab inventory as written. The nodes' GPU capacity is
-    not checked here: scripts/lab.py writes it from accel_pools.advertised_resources, so the lab would only be
-    compared with itself; that function is checked against the upstream device plugins instead
-    (tests/conformance/test_device_plugin.py, test_vgpu_capacity.py)."""
+    not checked here: the device-plugin stand-ins write it once the cluster play's releases run
+    (test_site_lab.py checks it through verify); accel_pools.advertised_resources is checked against the
+    upstream device plugins (tests/conformance/test_device_plugin.py, test_vgpu_capacity.py)."""
     nodes = {n.metadata.name: n for n in client.CoreV1Api(_api(lab)).list_node().items}
     assert nodes["lab-pgpu-0"].metadata.labels[accel_constants.LABELS["mode"]] == "pgpu"
     # inventories/lab pool_timeslice: 8 replicas, a pod may take several (fail_requests_greater_than_one false).

@@ -33,6 +33,14 @@ def site(lab, *args, inventory=REPO / "inventories" / "lab" / "hosts.yml"):
     return proc, recap
 
 
+def summary(stdout: str) -> list[str]:
+    """The verify summary as printed (the debug task's msg list, read as the YAML it is: the callback folds lines
+    longer than 80 characters)."""
+    task = stdout.index("Print the verification summary")
+    block = stdout[stdout.index("msg:", task):stdout.index("\n\n", task)]
+    return yaml.safe_load(block)["msg"]
+
+
 def revisions(lab) -> dict[str, int]:
     out = subprocess.run([str(lab.helm), "list", "-A", "-o", "json", "--kubeconfig", str(lab.kubeconfig)],
                          capture_output=True, text=True, check=True).stdout
@@ -56,17 +64,31 @@ def test_site_verifies_every_pool(converged):
     assert set(recap) >= {"lab-control-plane", "lab-hami-0", "lab-hami-1", "lab-vcuda-0", "lab-pgpu-0", "lab-mps-0",
                           "lab-mig-0"}
     assert all(r["failed"] == 0 and r["unreachable"] == 0 for r in recap.values())
-    table = [line for line in out.stdout.splitlines() if re.search(r"\b(PASS|FAIL)\b", line)]
+    lines = summary(out.stdout)
+    text = "\n".join(lines)
+    table = [line for line in lines if re.search(r"\b(PASS|FAIL)\b", line)]
     # One row per pool group of the lab inventory.
     inventory = yaml.safe_load((REPO / "inventories" / "lab" / "hosts.yml").read_text())
     assert len(table) == len(inventory["all"]["children"]["gpu_pools"]["children"]), out.stdout[-3000:]
     assert all("PASS" in line and "completed on lab-" in line for line in table)
-    assert "nodes are kwok fakes" in out.stdout
+    assert "nodes are kwok fakes" in text
     # HAMi's own webhook and extender (lab processes) scheduled the vgpu-hami Job; the table says so.
     (hami,) = [line for line in table if re.search(r"\bvgpu-hami\b", line)]
     assert re.search(r"\bok\s+PASS\b", hami), hami
-    assert "upstream HAMi v2.10.0" in out.stdout and "hami-device-plugin-standin" in out.stdout
-    assert re.search(r"allocatable\s+not checked on the \d+ fake node", out.stdout)
+    assert "upstream HAMi v2.10.0" in text and "hami-device-plugin-standin" in text
+    # Capacity the lab's device-plugin stand-ins registered (config-manager following the label the cluster play
+    # wrote; HAMi's deployed device config) is checked; only what the lab copied from the inventory is not.
+    assert re.search(r"allocatable\s+on \d+ fake node\(s\) the lab's device-plugin stand-ins", text)
+    assert re.search(r"not checked on the 2 fake node\(s\) whose capacity scripts/lab.py copied", text)
+    # Columns labels, daemonset, allocatable, operator (the GPU Operator's controller, a lab process, placed its
+    # DCGM exporter on every pool and its MIG manager on the mig pool only), then the Job.
+    for pool in ("pgpu", "mps", "timeslice", "vgpu-hami"):
+        (row,) = [line for line in table if line.split()[0] == pool]
+        assert re.search(r"\bok\s+ok\s+ok\s+ok\s+completed on", row), row
+    for pool in ("mig", "vgpu-vcuda"):
+        (row,) = [line for line in table if line.split()[0] == pool]
+        assert re.search(r"\bok\s+ok\s+stand-in\s+ok\s+completed on", row), row
+    assert "upstream GPU Operator v26.7.0 controller" in text
 
 
 def test_second_run_changes_nothing_and_calls_no_upgrade(lab, converged):

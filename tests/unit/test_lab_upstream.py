@@ -69,3 +69,71 @@ def test_a_wrapped_component_is_tracked_by_the_program_it_execs(tmp_path):
     assert lab_upstream.running(tmp_path) == {"wrapped": pid}
     lab_upstream.stop_all(tmp_path)
     assert lab_upstream.running(tmp_path) == {}
+
+
+def test_nodes_start_without_gpu_capacity_where_a_stand_in_registers_them():
+    """Nodes of pools whose device plugin a lab stand-in registers (pgpu, mps, timeslice, vgpu-hami) start with no
+    GPU resource, as a fresh node does before its plugin runs; MIG and gpu-manager nodes get the inventory's
+    capacity, marked so that verify does not count it; without stand-ins (--no-upstream) every node gets it."""
+    from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_pools
+    from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_verify import (
+        LAB_CAPACITY_ANNOTATION,
+        LAB_CAPACITY_FROM_INVENTORY,
+    )
+
+    hosts = lab.gpu_hosts(lab.inventory())
+    by_standin = set()
+    for name, hostvars in hosts.items():
+        settings = accel_pools.pool_settings(hostvars)
+        node = lab.node_manifest(name, hostvars)
+        gpu = {k for k in node["status"]["capacity"] if "/" in k}
+        marked = node["metadata"]["annotations"].get(LAB_CAPACITY_ANNOTATION) == LAB_CAPACITY_FROM_INVENTORY
+        if lab.capacity_by_standin(settings):
+            by_standin.add(settings["accel_mode"])
+            assert not gpu and not marked, name
+        else:
+            assert gpu and marked, name
+        bare = lab.node_manifest(name, hostvars, standins=False)
+        assert {k for k in bare["status"]["capacity"] if "/" in k}
+        assert bare["metadata"]["annotations"][LAB_CAPACITY_ANNOTATION] == LAB_CAPACITY_FROM_INVENTORY
+    assert by_standin == {"pgpu", "mps", "timeslice", "vgpu"}
+
+
+def test_plugin_resources_replicate_and_rename_like_the_plugin():
+    """The stand-in's registration from a loaded config (shapes as k8s-device-plugin's loader returns them;
+    tests/conformance/test_device_plugin.py runs the real loader over every rendered config)."""
+    assert lab_upstream.plugin_resources({"flags": {"migStrategy": "none"}}, 4) == {"nvidia.com/gpu": 4}
+    assert lab_upstream.plugin_resources({"flags": {}}, 2) == {"nvidia.com/gpu": 2}
+    mps = {"flags": {"migStrategy": "none"},
+           "sharing": {"mps": {"resources": [{"name": "nvidia.com/gpu", "replicas": 8}]}}}
+    assert lab_upstream.plugin_resources(mps, 2) == {"nvidia.com/gpu": 16}
+    sliced = {"sharing": {"timeSlicing": {"renameByDefault": True, "resources": [
+        {"name": "nvidia.com/gpu", "rename": "nvidia.com/gpu.shared", "replicas": 4}]}}}
+    assert lab_upstream.plugin_resources(sliced, 3) == {"nvidia.com/gpu.shared": 12}
+    assert lab_upstream.plugin_resources({"flags": {"migStrategy": "mixed"}}, 1) is None
+
+
+def test_config_manager_env_is_the_rendered_env_with_the_kubelets_parts_moved(tmp_path):
+    c = {"env": [{"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
+                 {"name": "KUBECONFIG", "value": ""}, {"name": "ONESHOT", "value": "false"},
+                 {"name": "CONFIG_FILE_SRCDIR", "value": "/available-configs"}]}
+    env = lab_upstream.config_manager_env(c, "n1", tmp_path / "kc", tmp_path / "src", tmp_path / "dst")
+    assert env == {"NODE_NAME": "n1", "KUBECONFIG": str(tmp_path / "kc"), "ONESHOT": "false",
+                   "CONFIG_FILE_SRCDIR": str(tmp_path / "src"), "CONFIG_FILE_DST": str(tmp_path / "dst")}
+    other = {"env": [{"name": "X", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}]}
+    with pytest.raises(ValueError, match="metadata.name"):
+        lab_upstream.config_manager_env(other, "n1", tmp_path, tmp_path, tmp_path)
+
+
+def test_stand_ins_stop_before_what_they_started(tmp_path, monkeypatch):
+    """lab down stops the device-plugin stand-in before the config-manager processes it starts, so none is
+    restarted behind stop_all."""
+    order = []
+    real = lab_upstream.stop_one
+    (tmp_path / "procs").mkdir()
+    for name in ("config-manager-a", "device-plugin-standin", "hami-scheduler"):
+        (tmp_path / "procs" / f"{name}.pid").write_text("1 /not/running\n")
+    monkeypatch.setattr(lab_upstream, "stop_one", lambda d, name: (order.append(name), real(d, name)))
+    lab_upstream.stop_all(tmp_path)
+    assert order[0] == "device-plugin-standin" and set(order) == {"config-manager-a", "hami-scheduler",
+                                                                   "device-plugin-standin"}

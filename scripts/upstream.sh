@@ -33,6 +33,16 @@ ARCHIVES=(
   "dcgm-exporter-4.5.3-4.8.2|https://github.com/NVIDIA/dcgm-exporter|4.5.3-4.8.2|"
 )
 
+# Commands built straight from the Go module proxy (no archive): module/package@version=output-name. containerd 2.x
+# validates the drop-ins kube-accel writes (its own `config dump`); nvidia-ctk is NVIDIA's config writer, measured
+# against them (tests/conformance/test_containerd.py).
+# shellcheck source=versions.env
+. "$HERE/versions.env"
+PROXY_BINS=(
+  "github.com/containerd/containerd/v2/cmd/containerd@$CONTAINERD2_VERSION=containerd-${CONTAINERD2_VERSION#v}"
+  "github.com/NVIDIA/nvidia-container-toolkit/cmd/nvidia-ctk@$NVIDIA_CTK_VERSION=nvidia-ctk-${NVIDIA_CTK_VERSION#v}"
+)
+
 log() { printf '[upstream] %s\n' "$*" >&2; }
 die() { printf '[upstream] ERROR: %s\n' "$*" >&2; exit 1; }
 field() { local IFS='|'; read -r -a f <<<"$1"; printf '%s' "${f[$2]:-}"; }
@@ -86,6 +96,21 @@ build_bins() {
       (cd "$src" && go build -ldflags "-s -w" -o "$out" "$pkg")
       printf '%s' "$key" >"$out.stamp"
     done
+  done
+}
+
+build_proxy_bins() {
+  local pair spec out key
+  mkdir -p "$UP/bin"
+  for pair in "${PROXY_BINS[@]}"; do
+    spec=${pair%%=*}; out="$UP/bin/${pair#*=}"
+    key=$(printf '%s %s' "$spec" "$(go env GOVERSION)" | sha256sum | cut -c1-16)
+    [ -x "$out" ] && [ -f "$out.stamp" ] && [ "$(cat "$out.stamp")" = "$key" ] && continue
+    log "building ${pair#*=} from the module proxy ($spec)"
+    # go install into a scratch GOBIN: a module's own go.mod is honoured as `go install pkg@version` does.
+    rm -rf "$UP/gobin" && GOFLAGS="-trimpath -buildvcs=false" GOBIN="$UP/gobin" go install -ldflags "-s -w" "$spec"
+    mv "$UP/gobin/$(basename "${spec%@*}")" "$out"
+    printf '%s' "$key" >"$out.stamp"
   done
 }
 
@@ -149,13 +174,14 @@ fetch_crds() {
 
 case "${1:-all}" in
   src) for e in "${ARCHIVES[@]}"; do unpack "$(field "$e" 0)"; done ;;
-  bin) build_bins ;;
+  bin) build_bins; build_proxy_bins ;;
   harness) build_harnesses ;;
   crds) fetch_crds ;;
   path) unpack "$2" >/dev/null; printf '%s\n' "$UP/src/$2" ;;
   all)
     for e in "${ARCHIVES[@]}"; do unpack "$(field "$e" 0)"; done
     build_bins
+    build_proxy_bins
     build_harnesses
     fetch_crds
     ;;

@@ -185,7 +185,9 @@ def validate(module, binary, version, main_doc, dropin_text, runtime):
         raise ValueError(f"containerd rejects the drop-in: {err or out}")
     result = loads(out)
     got = result.get("version")
-    runtimes = dig(result, runtime_path(got if got in CRI else version)) or {}
+    # containerd 2.x dumps its own newest version (3; 4 from 2.4), whose CRI runtime section is version 3's.
+    layout = 3 if isinstance(got, int) and got >= 3 else (got if got in CRI else version)
+    runtimes = dig(result, runtime_path(layout)) or {}
     if runtime not in runtimes:
         raise ValueError(f"containerd accepted the drop-in but its config dump (version {got}) does not list "
                          f"runtime {runtime!r}")
@@ -243,10 +245,19 @@ def credentials(doc):
     return sorted(set(values), key=len, reverse=True), hosts
 
 
+def _occurrences(value):
+    """The value as a whole token: a username such as "u" must not match inside "runtime" or "ValueError"."""
+    return re.compile(r"(?<![A-Za-z0-9])" + re.escape(value) + r"(?![A-Za-z0-9])")
+
+
 def scrub(text, secrets):
     for value in secrets:
-        text = text.replace(value, "********")
+        text = _occurrences(value).sub("********", text)
     return text
+
+
+def mentions(text, secrets):
+    return any(_occurrences(value).search(text) for value in secrets)
 
 
 def runtime_path(version):
@@ -275,7 +286,9 @@ def plan(module, p, main_doc):
     major = containerd_major(module, path)
     resolved = dump(module, p["containerd_binary"], main_doc)
     dversion = resolved.get("version")
-    if dversion not in (2, 3):
+    if isinstance(dversion, int) and dversion > 3:
+        dversion = 3  # containerd 2.4's version 4 keeps version 3's CRI runtime section
+    elif dversion not in (2, 3):
         dversion = 3 if (major or 1) >= 2 else 2
     if fversion == 1 and dversion == 2:
         raise ValueError(f"{p['main_config']} has no version line, so containerd {major}.x reads it as config "
@@ -350,9 +363,8 @@ def main():
         validated = validate(module, p["containerd_binary"], version, main_doc, dropin_text, p["runtime_name"])
     except Exception as e:  # noqa: BLE001 -- never a traceback; credentials scrubbed from the message
         module.fail_json(msg=scrub(f"containerd_nvidia_dropin: {type(e).__name__}: {e}", secrets))
-    for value in secrets:
-        if value in dropin_text:
-            module.fail_json(msg="registry credentials would be copied into the drop-in; nothing written")
+    if mentions(dropin_text, secrets):
+        module.fail_json(msg="registry credentials would be copied into the drop-in; nothing written")
     mode_wrong = old_dropin is not None and (os.stat(p["dropin"]).st_mode & 0o777) != 0o600
     changed = old_dropin != dropin_text or mode_wrong or main_text != new_main
     diff = [

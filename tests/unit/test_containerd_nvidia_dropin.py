@@ -179,3 +179,12 @@ def test_errors_never_print_credentials(tmp_path, capsys):
     broken = V2_MAIN + AUTH + f'\n# {SECRET}\n[plugins."io.containerd.grpc.v1.cri"]\n'  # duplicate table
     code, result, out = run(tmp_path, capsys, broken, major=2)
     assert code == 1 and "Traceback" not in out
+
+
+def test_credentials_are_matched_as_whole_values():
+    """A one-letter username must not mask letters of an error message or look like a copied credential in a
+    drop-in that says "runtimes" (found with containerd 2.4.2, tests/conformance/test_containerd.py)."""
+    secrets = ["s3cret", "u"]
+    assert mod.scrub("ValueError: user u said s3cret", secrets) == "ValueError: user ******** said ********"
+    assert not mod.mentions('[plugins."io.containerd.cri.v1.runtime".containerd.runtimes.nvidia]', secrets)
+    assert mod.mentions('password = "s3cret"', secrets) and mod.mentions('username = "u"', secrets)

@@ -4,7 +4,8 @@
 # Usage: scripts/lab-host-image.sh [all|podman|image|python|molecule]
 #   podman   install podman + runc (+ rootless helpers when not root) and write containers.conf
 #   image    (alias python) build the minbase image and the committed $HOST_IMAGE with python3
-#   molecule the Molecule host images of scripts/molecule-images.txt, committed from $HOST_IMAGE
+#   molecule the Molecule host images of scripts/molecule-images.txt, committed from $HOST_IMAGE (Debian 12) or, for
+#            a name written trixie:NAME, from $HOST_IMAGE13 (Debian 13, built the same way when a line asks for it)
 #   all      all of them
 # Idempotent: a second call finds podman configured and the image present and returns in seconds.
 set -euo pipefail
@@ -15,9 +16,6 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 
 KA_CACHE=${KA_CACHE:-$HOME/.cache/kube-accel}
 SUITE=${DEBIAN_SUITE:-bookworm}
-# Same repository and tag scheme as $HOST_IMAGE, for the python-less base it is committed from.
-BASE_IMAGE=${BASE_IMAGE:-${HOST_IMAGE%/*}/debian12-minbase:${HOST_IMAGE##*:}}
-ROOTFS="$KA_CACHE/debootstrap/$SUITE-minbase"
 # Packages every converge of the host roles needs: python3 for Ansible, python3-apt for ansible.builtin.apt
 # (otherwise it installs python3-apt itself on every fresh container), kmod for modprobe checks,
 # ca-certificates for https repositories.
@@ -80,7 +78,12 @@ debian_mirror() {
   echo http://deb.debian.org/debian
 }
 
+# The python-less base a host image is committed from: same repository and tag, "minbase" for "python".
+base_of() { printf '%s' "${1/-python:/-minbase:}"; }
+
+# build_base SUITE BASE_IMAGE: debootstrap minbase of SUITE, imported as BASE_IMAGE.
 build_base() {
+  local SUITE=$1 BASE_IMAGE=$2 ROOTFS="$KA_CACHE/debootstrap/$1-minbase"
   if podman image exists "$BASE_IMAGE"; then return 0; fi
   apt_install debootstrap
   local mirror
@@ -107,12 +110,15 @@ build_base() {
   "${SUDO[@]}" tar --numeric-owner -C "$ROOTFS" -c . | podman import --change 'CMD ["/bin/bash"]' - "$BASE_IMAGE" >/dev/null
 }
 
+# build_host_image [SUITE HOST_IMAGE]: Debian 12 ($DEBIAN_SUITE, $HOST_IMAGE) unless told otherwise.
 build_host_image() {
+  local SUITE=${1:-$SUITE} HOST_IMAGE=${2:-$HOST_IMAGE} BASE_IMAGE
+  BASE_IMAGE=$(base_of "$HOST_IMAGE")
   if podman image exists "$HOST_IMAGE"; then
     log "$HOST_IMAGE present"
     return 0
   fi
-  build_base
+  build_base "$SUITE" "$BASE_IMAGE"
   local ctr="kube-accel-image-build-$$"
   log "committing $HOST_IMAGE ($IMAGE_PACKAGES) from $BASE_IMAGE"
   podman rm -f "$ctr" >/dev/null 2>&1 || true
@@ -129,31 +135,38 @@ build_host_image() {
   log "built $HOST_IMAGE"
 }
 
-# The key of one line of molecule-images.txt: sha256 of the line and $HOST_IMAGE's id (tests/molecule computes the
-# same: scenario_reuse.molecule_image_key).
+# The key of one line of molecule-images.txt: sha256 of the line and its host image's id (tests/molecule computes
+# the same: scenario_reuse.molecule_image_key).
 molecule_image_key() {
-  printf '%s\n%s\n' "$1" "$(podman image inspect --format '{{.Id}}' "$HOST_IMAGE")" | sha256sum | cut -c1-16
+  printf '%s\n%s\n' "$1" "$(podman image inspect --format '{{.Id}}' "$2")" | sha256sum | cut -c1-16
 }
 
 build_molecule_images() {
-  local line name pkgs image key have ctr
+  local line name pkgs image key have ctr from
   while IFS= read -r line; do
     case "$line" in '' | '#'*) continue ;; esac
     name=${line%% *}
     pkgs=${line#* }
-    image="${HOST_IMAGE%/*}/debian12-$name:current"
-    key=$(molecule_image_key "$line")
+    if [ "${name#trixie:}" != "$name" ]; then
+      name=${name#trixie:} from=$HOST_IMAGE13
+      build_host_image "$DEBIAN13_SUITE" "$HOST_IMAGE13" </dev/null
+      image="${HOST_IMAGE13%/*}/debian13-$name:current"
+    else
+      from=$HOST_IMAGE
+      image="${HOST_IMAGE%/*}/debian12-$name:current"
+    fi
+    key=$(molecule_image_key "$line" "$from")
     have=$(podman image inspect --format '{{index .Labels "kube-accel.image-key"}}' "$image" 2>/dev/null || true)
     if [ "$have" = "$key" ]; then
       log "$image present ($pkgs)"
       continue
     fi
     ctr="kube-accel-image-build-$name-$$"
-    log "committing $image ($pkgs) from $HOST_IMAGE"
+    log "committing $image ($pkgs) from $from"
     podman rm -f -t 0 "$ctr" >/dev/null 2>&1 || true
     # shellcheck disable=SC2064
     trap "podman rm -f -t 0 $ctr >/dev/null 2>&1 || true" EXIT
-    podman run --name "$ctr" --network host "$HOST_IMAGE" sh -euc "
+    podman run --name "$ctr" --network host "$from" sh -euc "
       apt-get update -qq
       DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $pkgs >/dev/null
       apt-get clean

@@ -424,21 +424,33 @@ def _versions_env(repo: Path) -> dict[str, str]:
     return {k.strip(): v.strip() for k, v in pairs}
 
 
-def outdated_images(scenario: Scenario) -> list[str]:
-    """Platform images of molecule-images.txt that are missing or were built from another line or host image."""
-    repo = scenario.repo
-    host_image = _versions_env(repo)["HOST_IMAGE"]
-    host_id = image_ids([host_image])[host_image]
-    wanted = {}
+def molecule_images(repo: Path) -> dict[str, tuple[str, str]]:
+    """Image -> (its molecule-images.txt line, the host image it is committed from), as lab-host-image.sh names them:
+    NAME on Debian 12 ($HOST_IMAGE), trixie:NAME on Debian 13 ($HOST_IMAGE13)."""
+    env = _versions_env(repo)
+    out = {}
     for line in (repo / "scripts" / "molecule-images.txt").read_text(encoding="utf-8").splitlines():
         if line.strip() and not line.startswith("#"):
-            wanted[f"{host_image.rsplit('/', 1)[0]}/debian12-{line.split()[0]}:current"] = line
+            name = line.split()[0]
+            if name.startswith("trixie:"):
+                host, image = env["HOST_IMAGE13"], f"debian13-{name.split(':', 1)[1]}"
+            else:
+                host, image = env["HOST_IMAGE"], f"debian12-{name}"
+            out[f"{host.rsplit('/', 1)[0]}/{image}:current"] = (line, host)
+    return out
+
+
+def outdated_images(scenario: Scenario) -> list[str]:
+    """Platform images of molecule-images.txt that are missing or were built from another line or host image."""
+    wanted = molecule_images(scenario.repo)
     problems = []
     for image in platform_images(scenario):
         if image not in wanted:
             continue
+        line, host = wanted[image]
+        host_id = image_ids([host])[host]
         proc = subprocess.run(["podman", "image", "inspect", "--format", '{{index .Labels "kube-accel.image-key"}}',
                                image], capture_output=True, text=True, check=False)
-        if host_id is None or proc.returncode != 0 or proc.stdout.strip() != molecule_image_key(wanted[image], host_id):
+        if host_id is None or proc.returncode != 0 or proc.stdout.strip() != molecule_image_key(line, host_id):
             problems.append(image)
     return problems

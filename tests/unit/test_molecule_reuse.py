@@ -176,3 +176,13 @@ def test_image_key_is_the_one_lab_host_image_sh_writes():
     shell = subprocess.run(["bash", "-c", 'printf "%s\\n%s\\n" "$1" "$2" | sha256sum | cut -c1-16', "_", line, host_id],
                            capture_output=True, text=True, check=True).stdout.strip()
     assert reuse.molecule_image_key(line, host_id) == shell
+
+
+def test_molecule_images_name_each_image_and_its_host_image_as_lab_host_image_sh_does():
+    """The repository's molecule-images.txt: NAME lines on Debian 12, trixie:NAME lines on Debian 13, each image
+    keyed by its own host image (scripts/lab-host-image.sh build_molecule_images)."""
+    images = reuse.molecule_images(Path(__file__).resolve().parents[2])
+    assert images["localhost/kube-accel/debian12-containerd:current"] == ("containerd containerd",
+                                                                         "localhost/kube-accel/debian12-python:1")
+    assert images["localhost/kube-accel/debian13-containerd:current"] == ("trixie:containerd containerd",
+                                                                         "localhost/kube-accel/debian13-python:1")

@@ -38,9 +38,14 @@ ARCHIVES=(
 # against them (tests/conformance/test_containerd.py).
 # shellcheck source=versions.env
 . "$HERE/versions.env"
+# promtool evaluates the monitoring chart's alerts (test_alert_rules.py) at the Prometheus version the PromQL harness
+# parses with (tests/conformance/go/promql/go.mod).
+PROMETHEUS_VERSION=$(awk '$1 == "require" && $2 == "github.com/prometheus/prometheus" {print $3}' \
+  "$REPO/tests/conformance/go/promql/go.mod")
 PROXY_BINS=(
   "github.com/containerd/containerd/v2/cmd/containerd@$CONTAINERD2_VERSION=containerd-${CONTAINERD2_VERSION#v}"
   "github.com/NVIDIA/nvidia-container-toolkit/cmd/nvidia-ctk@$NVIDIA_CTK_VERSION=nvidia-ctk-${NVIDIA_CTK_VERSION#v}"
+  "github.com/prometheus/prometheus/cmd/promtool@$PROMETHEUS_VERSION=promtool-${PROMETHEUS_VERSION#v}"
 )
 
 log() { printf '[upstream] %s\n' "$*" >&2; }

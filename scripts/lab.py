@@ -359,7 +359,7 @@ def start_upstream(site: Site, hosts: dict[str, dict]) -> None:
         counts = {name: gpu_summary(NVML_DATA / f"{hv['accel_lab_gpu']}.json")[0] for name, hv in hosts.items()
                   if (st := accel_pools.pool_settings(hv))["accel_mode"] != "vgpu" and capacity_by_standin(st)}
         started = time.time()
-        lab_upstream.start_dp_standin(site.root, counts)
+        lab_upstream.start_dp_standin(site.root, counts, first.get("accel_namespace") or "kube-accel")
         log(f"device-plugin stand-in (config-manager per node) up in {time.time() - started:.1f} s")
 
 

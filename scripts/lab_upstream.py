@@ -656,11 +656,12 @@ class ConfigManager:
         stop_one(procs_dir(root), self.name)
 
 
-def start_dp_standin(root: Path, gpu_counts: dict[str, int]) -> None:
-    """The device-plugin stand-in for the fake nodes in ``gpu_counts`` (node: GPUs in its recorded snapshot)."""
+def start_dp_standin(root: Path, gpu_counts: dict[str, int], namespace: str) -> None:
+    """The device-plugin stand-in for the fake nodes in ``gpu_counts`` (node: GPUs in its recorded snapshot), serving
+    the device-plugin pods of ``namespace`` (the inventory's releases; a chart test's release elsewhere is not its)."""
     work = root / "device-plugin"
     work.mkdir(parents=True, exist_ok=True)
-    (work / "hosts.json").write_text(json.dumps(gpu_counts))
+    (work / "hosts.json").write_text(json.dumps({"namespace": namespace, "gpus": gpu_counts}))
     ready = procs_dir(root) / f"{DP_STANDIN}.ready"
     ready.unlink(missing_ok=True)
     start(root, DP_STANDIN, [sys.executable, str(Path(__file__).resolve()), "dp-standin", "--dir", str(root),
@@ -671,15 +672,17 @@ def dp_standin(root: Path, hosts_json: Path) -> None:
     """Loop of the device-plugin stand-in (see the module docstring)."""
     from kubernetes import client, config  # noqa: PLC0415
 
-    gpus_of: dict[str, int] = json.loads(hosts_json.read_text())
+    served = json.loads(hosts_json.read_text())
+    gpus_of: dict[str, int] = served["gpus"]
     api = client.CoreV1Api(config.new_client_from_config(str(root / "kubeconfig")))
     ready = procs_dir(root) / f"{DP_STANDIN}.ready"
-    print(f"{DP_STANDIN}: lab stand-in for k8s-device-plugin's registration on {sorted(gpus_of)}", flush=True)
+    print(f"{DP_STANDIN}: lab stand-in for k8s-device-plugin's registration on {sorted(gpus_of)} "
+          f"(pods of namespace {served['namespace']})", flush=True)
     managers: dict[str, ConfigManager] = {}
     applied: dict[str, tuple[str, dict]] = {}
     while True:
         try:
-            pods = json.loads(api.list_pod_for_all_namespaces(_preload_content=False).data)["items"]
+            pods = json.loads(api.list_namespaced_pod(served["namespace"], _preload_content=False).data)["items"]
             running = plugin_pods(pods, set(gpus_of), "k8s-device-plugin")
             for node in sorted(set(managers) - set(running)):
                 managers.pop(node).stop(root)

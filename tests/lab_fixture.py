@@ -37,6 +37,14 @@ class Lab:
         return subprocess.run([str(self.kubectl), "--kubeconfig", str(self.kubeconfig), *args],
                               capture_output=True, text=True, check=check)
 
+    def namespace(self, name: str) -> None:
+        """Create a namespace (if missing) and wait for its default ServiceAccount: pods are refused until the
+        controller-manager's serviceaccount controller has made it, which takes a while on a loaded machine."""
+        self.kubectl_run("create", "namespace", name, check=False)
+        wait_for(f"serviceaccount {name}/default",
+                 lambda: self.kubectl_run("get", "serviceaccount", "default", "-n", name, check=False).returncode == 0,
+                 timeout=120)
+
 
 def _lab(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, str(LAB_PY), "--dir", str(LAB_DIR), "--name", LAB_NAME, *args],

@@ -54,7 +54,7 @@ def admission(lab):
     info["nodes"] = lab.nodes_by_pool["vgpu-vcuda"]
     # The chart's scheduler elects a leader with a Lease in the release namespace, which the cluster play creates.
     lab.kubectl_run("create", "namespace", info["namespace"], check=False)
-    lab.kubectl_run("create", "namespace", NS, check=False)
+    lab.namespace(NS)
     yield info
     lab.kubectl_run("delete", "namespace", NS, "--wait=false", check=False)
 

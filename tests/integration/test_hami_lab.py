@@ -61,7 +61,7 @@ def hami(lab):
 
     info["metrics"] = wait("HAMi to register the vgpu-hami nodes (its metrics)", registered, timeout=120)
     info["nodes"] = nodes
-    lab.kubectl_run("create", "namespace", NS, check=False)
+    lab.namespace(NS)
     yield info
     lab.kubectl_run("delete", "namespace", NS, "--wait=false", check=False)
 

@@ -30,7 +30,8 @@ NODES = ("lab-mps-0", "lab-pgpu-0", "lab-timeslice-0")
 
 @pytest.fixture(scope="module")
 def standin(lab):
-    """The stand-in's directory, with the cluster play's releases deployed and every node registered."""
+    """The stand-in's directory, with the cluster play's releases deployed and every node registered. In a full run
+    test_site_lab.py (before this file) has converged the lab; alone, this runs the cluster play."""
     import lab_upstream  # scripts/lab_upstream.py
 
     root = lab.kubeconfig.parent
@@ -43,7 +44,7 @@ def standin(lab):
         play = subprocess.run([str(Path(sys.executable).parent / "ansible-playbook"), "-i",
                                str(REPO / "inventories" / "lab" / "hosts.yml"), str(REPO / "ansible" / "cluster.yml"),
                                "-e", f"accel_kubeconfig={lab.kubeconfig}"],
-                              cwd=REPO, env=env, capture_output=True, text=True, check=False, timeout=600)
+                              cwd=REPO, env=env, capture_output=True, text=True, check=False, timeout=900)
         assert play.returncode == 0, play.stdout[-4000:]
     for name in NODES:
         wait_for(f"{name} registered by the stand-in",

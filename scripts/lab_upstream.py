@@ -587,16 +587,18 @@ def set_capacity(api, node: str, resources: dict[str, int | None], source: str) 
     api.patch_node(node, {"metadata": {"annotations": {LAB_CAPACITY_ANNOTATION: source}}})
 
 
-def plugin_pods(pods: list[dict], nodes: set[str], image: str) -> dict[str, dict]:
+def plugin_pods(pods: list[dict], nodes: set[str], image: str, prefer: str | None = None) -> dict[str, dict]:
     """Running device-plugin pods (app.kubernetes.io/component=device-plugin) with a container of ``image`` on
-    ``nodes``, by node."""
+    ``nodes``, one per node: where two releases run one (the cluster play's and a chart test's), the pod of namespace
+    ``prefer``, else the first by namespace and name, so the choice does not flap."""
     out = {}
-    for pod in pods:
+    for pod in sorted(pods, key=lambda p: (p["metadata"]["namespace"] != prefer, p["metadata"]["namespace"],
+                                           p["metadata"]["name"])):
         spec, meta = pod["spec"], pod["metadata"]
         if (meta.get("labels", {}).get("app.kubernetes.io/component") == "device-plugin"
                 and any(image in c["image"] for c in spec["containers"])
                 and spec.get("nodeName") in nodes and pod["status"].get("phase") == "Running"):
-            out[spec["nodeName"]] = pod
+            out.setdefault(spec["nodeName"], pod)
     return out
 
 
@@ -657,8 +659,8 @@ class ConfigManager:
 
 
 def start_dp_standin(root: Path, gpu_counts: dict[str, int], namespace: str) -> None:
-    """The device-plugin stand-in for the fake nodes in ``gpu_counts`` (node: GPUs in its recorded snapshot), serving
-    the device-plugin pods of ``namespace`` (the inventory's releases; a chart test's release elsewhere is not its)."""
+    """The device-plugin stand-in for the fake nodes in ``gpu_counts`` (node: GPUs in its recorded snapshot); where two
+    device-plugin pods share a node, it serves the one in ``namespace`` (the inventory's releases)."""
     work = root / "device-plugin"
     work.mkdir(parents=True, exist_ok=True)
     (work / "hosts.json").write_text(json.dumps({"namespace": namespace, "gpus": gpu_counts}))
@@ -677,13 +679,13 @@ def dp_standin(root: Path, hosts_json: Path) -> None:
     api = client.CoreV1Api(config.new_client_from_config(str(root / "kubeconfig")))
     ready = procs_dir(root) / f"{DP_STANDIN}.ready"
     print(f"{DP_STANDIN}: lab stand-in for k8s-device-plugin's registration on {sorted(gpus_of)} "
-          f"(pods of namespace {served['namespace']})", flush=True)
+          f"(preferring pods of namespace {served['namespace']})", flush=True)
     managers: dict[str, ConfigManager] = {}
     applied: dict[str, tuple[str, dict]] = {}
     while True:
         try:
-            pods = json.loads(api.list_namespaced_pod(served["namespace"], _preload_content=False).data)["items"]
-            running = plugin_pods(pods, set(gpus_of), "k8s-device-plugin")
+            pods = json.loads(api.list_pod_for_all_namespaces(_preload_content=False).data)["items"]
+            running = plugin_pods(pods, set(gpus_of), "k8s-device-plugin", served["namespace"])
             for node in sorted(set(managers) - set(running)):
                 managers.pop(node).stop(root)
             for node, pod in sorted(running.items()):

@@ -137,3 +137,16 @@ def test_stand_ins_stop_before_what_they_started(tmp_path, monkeypatch):
     lab_upstream.stop_all(tmp_path)
     assert order[0] == "device-plugin-standin" and set(order) == {"config-manager-a", "hami-scheduler",
                                                                    "device-plugin-standin"}
+
+
+def test_plugin_pods_pick_one_pod_per_node_and_prefer_the_inventorys_namespace():
+    def pod(ns, name, node, phase="Running", image="nvcr.io/nvidia/k8s-device-plugin:v0.20.0"):
+        return {"metadata": {"namespace": ns, "name": name, "labels": {"app.kubernetes.io/component": "device-plugin"}},
+                "spec": {"nodeName": node, "containers": [{"image": image}]}, "status": {"phase": phase}}
+
+    pods = [pod("kube-accel-chart-tests", "t", "n1"), pod("kube-accel", "k", "n1"), pod("other", "o", "n2"),
+            pod("kube-accel", "p", "n3", phase="Pending"), pod("kube-accel", "h", "n4", image="projecthami/hami:v2")]
+    chosen = lab_upstream.plugin_pods(pods, {"n1", "n2", "n3", "n4"}, "k8s-device-plugin", "kube-accel")
+    assert {n: p["metadata"]["name"] for n, p in chosen.items()} == {"n1": "k", "n2": "o"}
+    alone = lab_upstream.plugin_pods(pods[:1], {"n1"}, "k8s-device-plugin", "kube-accel")
+    assert alone["n1"]["metadata"]["name"] == "t"

@@ -14,20 +14,16 @@ import json
 import os
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
 import upstream
-
-try:
-    import tomllib
-except ImportError:  # pragma: no cover - the venv is Python 3.11+
-    tomllib = None
+from lab import versions  # scripts/lab.py
 
 REPO = Path(__file__).resolve().parents[2]
 MODULE = REPO / "plugins" / "modules" / "containerd_nvidia_dropin.py"
-VERSIONS = dict(line.split("=", 1) for line in (REPO / "scripts" / "versions.env").read_text().splitlines()
-                if "=" in line and not line.startswith("#"))
+VERSIONS = versions()  # scripts/versions.env, read as the lab reads it
 CONTAINERD = f"containerd-{VERSIONS['CONTAINERD2_VERSION'].lstrip('v')}"
 NVIDIA_CTK = f"nvidia-ctk-{VERSIONS['NVIDIA_CTK_VERSION'].lstrip('v')}"
 PASSWORD = "s3cret-pass"

@@ -19,11 +19,11 @@ import jinja2
 import pytest
 import upstream
 import yaml
+from lab import versions  # scripts/lab.py
 
 REPO = Path(__file__).resolve().parents[2]
 ROLE = REPO / "roles" / "container_toolkit"
-VERSIONS = dict(line.split("=", 1) for line in (REPO / "scripts" / "versions.env").read_text().splitlines()
-                if "=" in line and not line.startswith("#"))
+VERSIONS = versions()  # scripts/versions.env, read as the lab reads it
 NVIDIA_CTK = f"nvidia-ctk-{VERSIONS['NVIDIA_CTK_VERSION'].lstrip('v')}"
 DEFAULTS = yaml.safe_load((ROLE / "defaults" / "main.yml").read_text())
 

@@ -33,9 +33,9 @@ ARCHIVES=(
   "dcgm-exporter-4.5.3-4.8.2|https://github.com/NVIDIA/dcgm-exporter|4.5.3-4.8.2|"
 )
 
-# Commands built straight from the Go module proxy (no archive): module/package@version=output-name. containerd 2.x
-# validates the drop-ins kube-accel writes (its own `config dump`); nvidia-ctk is NVIDIA's config writer, measured
-# against them (tests/conformance/test_containerd.py).
+# Commands built straight from the Go module proxy (no archive): module/package@version=output-name[=build-tags].
+# containerd 2.x validates the drop-ins kube-accel writes (its own `config dump`); nvidia-ctk is NVIDIA's config
+# writer, measured against them (tests/conformance/test_containerd.py).
 # shellcheck source=versions.env
 . "$HERE/versions.env"
 # promtool evaluates the monitoring chart's alerts (test_alert_rules.py) at the Prometheus version the PromQL harness
@@ -46,6 +46,12 @@ PROXY_BINS=(
   "github.com/containerd/containerd/v2/cmd/containerd@$CONTAINERD2_VERSION=containerd-${CONTAINERD2_VERSION#v}"
   "github.com/NVIDIA/nvidia-container-toolkit/cmd/nvidia-ctk@$NVIDIA_CTK_VERSION=nvidia-ctk-${NVIDIA_CTK_VERSION#v}"
   "github.com/prometheus/prometheus/cmd/promtool@$PROMETHEUS_VERSION=promtool-${PROMETHEUS_VERSION#v}"
+  # The lab's monitoring chain (scripts/lab_monitoring.py): Prometheus without the cloud service discoveries (its
+  # README's remove_all_sd tag; static and file SD stay), prometheus-adapter serving custom.metrics.k8s.io.
+  "github.com/prometheus/prometheus/cmd/prometheus@$PROMETHEUS_VERSION=prometheus-${PROMETHEUS_VERSION#v}=remove_all_sd"
+  "sigs.k8s.io/prometheus-adapter/cmd/adapter@$PROMETHEUS_ADAPTER_VERSION=prometheus-adapter-${PROMETHEUS_ADAPTER_VERSION#v}"
+  # kube-state-metrics: kube_node_labels, which the dashboard's pool panels and the missing-exporter alert join on.
+  "k8s.io/kube-state-metrics/v2@$KUBE_STATE_METRICS_VERSION=kube-state-metrics-${KUBE_STATE_METRICS_VERSION#v}"
 )
 
 log() { printf '[upstream] %s\n' "$*" >&2; }
@@ -105,16 +111,25 @@ build_bins() {
 }
 
 build_proxy_bins() {
-  local pair spec out key
+  local pair spec name rest tags out key
   mkdir -p "$UP/bin"
   for pair in "${PROXY_BINS[@]}"; do
-    spec=${pair%%=*}; out="$UP/bin/${pair#*=}"
-    key=$(printf '%s %s' "$spec" "$(go env GOVERSION)" | sha256sum | cut -c1-16)
+    spec=${pair%%=*}; rest=${pair#*=}; name=${rest%%=*}; tags=''
+    [ "$rest" = "$name" ] || tags=${rest#*=}
+    out="$UP/bin/$name"
+    key=$(printf '%s %s%s' "$spec" "$(go env GOVERSION)" "${tags:+ $tags}" | sha256sum | cut -c1-16)
     [ -x "$out" ] && [ -f "$out.stamp" ] && [ "$(cat "$out.stamp")" = "$key" ] && continue
-    log "building ${pair#*=} from the module proxy ($spec)"
-    # go install into a scratch GOBIN: a module's own go.mod is honoured as `go install pkg@version` does.
-    rm -rf "$UP/gobin" && GOFLAGS="-trimpath -buildvcs=false" GOBIN="$UP/gobin" go install -ldflags "-s -w" "$spec"
-    mv "$UP/gobin/$(basename "${spec%@*}")" "$out"
+    log "building $name from the module proxy ($spec${tags:+, tags $tags})"
+    # A scratch module that requires only the command's module: its go.mod decides every version, as with
+    # `go install pkg@version`, which refuses modules whose version list the proxy does not serve
+    # (prometheus-adapter: "loading deprecation ... 403").
+    rm -rf "$UP/gobuild" && mkdir -p "$UP/gobuild"
+    (
+      cd "$UP/gobuild"
+      go mod init ka-build >/dev/null 2>&1
+      go get "$spec"
+      GOFLAGS="-trimpath -buildvcs=false" go build -tags "$tags" -ldflags "-s -w" -o "$out" "${spec%@*}"
+    )
     printf '%s' "$key" >"$out.stamp"
   done
 }
@@ -157,24 +172,28 @@ build_harnesses() {
   done
 }
 
-# The Prometheus Operator's ServiceMonitor CRD, for a lab whose inventory asks for the DCGM exporter's
-# ServiceMonitor: prometheus-operator's own example/prometheus-operator-crd at the version of the API types the GPU
-# Operator compiles against (its go.mod), from the module proxy (a Go module; 4 MB, once per version).
+# The Prometheus Operator's ServiceMonitor and PrometheusRule CRDs, for a lab whose inventory asks for the DCGM
+# exporter's ServiceMonitor or kube-accel's alerts: prometheus-operator's own example/prometheus-operator-crd at the
+# version of the API types the GPU Operator compiles against (its go.mod), from the module proxy (a Go module; 4 MB,
+# once per version).
 fetch_crds() {
-  local src version dir out="$UP/crds/monitoring.coreos.com_servicemonitors.yaml"
+  local src version dir crd stamp="$UP/crds/prometheus-operator.stamp"
+  local crds=(monitoring.coreos.com_servicemonitors.yaml monitoring.coreos.com_prometheusrules.yaml)
   unpack gpu-operator-v26.7.0
   src="$UP/src/gpu-operator-v26.7.0"
   version=$(awk '$1 == "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring" {print $2}' "$src/go.mod")
   [ -n "$version" ] || die "$src/go.mod names no prometheus-operator/pkg/apis/monitoring version"
-  [ -f "$out" ] && [ "$(cat "$out.stamp" 2>/dev/null)" = "$version" ] && return 0
-  log "fetching the ServiceMonitor CRD of prometheus-operator $version"
+  [ "$(cat "$stamp" 2>/dev/null)" = "$version" ] && return 0
+  log "fetching the ServiceMonitor and PrometheusRule CRDs of prometheus-operator $version"
   dir=$(go mod download -json "github.com/prometheus-operator/prometheus-operator@$version" \
         | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')
-  [ -f "$dir/example/prometheus-operator-crd/monitoring.coreos.com_servicemonitors.yaml" ] \
-    || die "prometheus-operator $version from the module proxy has no example/prometheus-operator-crd/monitoring.coreos.com_servicemonitors.yaml"
   mkdir -p "$UP/crds"
-  install -m 0644 "$dir/example/prometheus-operator-crd/monitoring.coreos.com_servicemonitors.yaml" "$out"
-  printf '%s' "$version" >"$out.stamp"
+  for crd in "${crds[@]}"; do
+    [ -f "$dir/example/prometheus-operator-crd/$crd" ] \
+      || die "prometheus-operator $version from the module proxy has no example/prometheus-operator-crd/$crd"
+    install -m 0644 "$dir/example/prometheus-operator-crd/$crd" "$UP/crds/$crd"
+  done
+  printf '%s' "$version" >"$stamp"
 }
 
 case "${1:-all}" in

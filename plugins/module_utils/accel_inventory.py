@@ -76,7 +76,9 @@ VARIABLES: dict[str, dict] = {
                                               "repository does not answer; empty skips the install then, with a "
                                               "message."),
     "accel_gpu_operator_service_monitor": _var("cluster", "bool", "Create a Prometheus ServiceMonitor for the "
-                                               "DCGM exporter.", default=False),
+                                               "DCGM exporter (it drops the target's namespace/pod/container "
+                                               "labels so that the exporter's own labels name the pod using each GPU).",
+                                               default=False),
     "accel_gpu_operator_service_monitor_labels": _var("cluster", "dict", "Labels on the DCGM exporter's "
                                                       "ServiceMonitor, for a Prometheus that selects "
                                                       "ServiceMonitors by label (e.g. release: "

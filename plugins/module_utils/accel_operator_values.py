@@ -169,6 +169,11 @@ def gpu_operator_values(pools: list[dict[str, Any]], cluster: dict[str, Any] | N
         "enabled": dcgm_exporter and _flag(cluster, "service_monitor", False),
         "interval": str(cluster.get("service_monitor_interval", "15s")),
         "honorLabels": False,
+        # The exporter names the pod using each GPU in its own namespace/pod/container labels. The Prometheus
+        # Operator also sets those as target labels (the exporter's own pod), so Prometheus would rename the
+        # exporter's to exported_* and give every idle GPU the exporter pod's; dropping the target labels keeps the
+        # exporter's (found by the lab's live chain, tests/integration/test_monitoring_lab.py).
+        "relabelings": [{"action": "labeldrop", "regex": "namespace|pod|container"}],
         # A Prometheus whose serviceMonitorSelector matches labels only scrapes ServiceMonitors carrying them.
         "additionalLabels": {str(k): str(v) for k, v in monitor_labels.items()},
     }

@@ -92,6 +92,10 @@ def test_private_registry_rewrites_every_image():
         "registry.dc1.example.net/mirror/nfd/node-feature-discovery"
     )
     assert values["dcgmExporter"]["serviceMonitor"]["enabled"] is True
+    # The target's namespace/pod/container would shadow the exporter's pod attribution (docs/monitoring.md; the lab's
+    # live chain, test_site_monitoring_lab.py, shows what they do).
+    assert values["dcgmExporter"]["serviceMonitor"]["relabelings"] == [
+        {"action": "labeldrop", "regex": "namespace|pod|container"}]
     images = opv.operator_images(values)
     assert "registry.dc1.example.net/mirror/nvidia/k8s/dcgm-exporter:4.6.0-4.8.3-distroless" in images
     assert "registry.dc1.example.net/mirror/nvidia/k8s-device-plugin:v0.20.0" in images  # GFD on

@@ -53,8 +53,9 @@ lab-status: ## Show the lab's nodes
 	$(BIN)/python scripts/lab.py status
 
 .PHONY: demo
-demo: lab-up ## The main job on the lab: preflight, hosts, cluster, verify
+demo: lab-up ## The main job on the lab: preflight, hosts, cluster, verify; then GPU monitoring on it
 	$(BIN)/ansible-playbook -i $(INVENTORY) ansible/site.yml
+	$(BIN)/python scripts/lab.py monitoring --report .lab/monitoring/dashboard.html
 
 .PHONY: lint
 lint: venv ## ansible-lint (production), yamllint, ruff, helm lint

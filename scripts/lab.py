@@ -5,6 +5,8 @@
   lab.py up       start (or adopt) the cluster, apply the fake nodes, start the host containers
   lab.py down     delete the cluster (kwokctl stops its own processes by PID) and the host containers
   lab.py status   print what runs
+  lab.py monitoring [--report FILE]   the monitoring chain on what the cluster play deployed (lab_monitoring.py)
+  lab.py load --util NS=PCT --xid NODE/GPU=CODE   the DCGM exporter stand-in's readings
 Everything lives under the repo's ignored .lab/ directory.
 
 A second lab (benchmarks) lives beside it with its own directory, cluster name and inventory:
@@ -330,6 +332,8 @@ def up(args: argparse.Namespace) -> None:
         log(f"control plane up in {time.time() - started:.1f} s")
     hosts = gpu_hosts(inventory(site.inventory))
     apply_nodes(site, hosts, standins=not args.no_upstream)
+    if any(truthy(hv.get("accel_monitoring_enabled", False)) for hv in hosts.values()):
+        apply_prometheus_rule_crd(site)
     if not args.no_hosts:
         start_hosts(site, hosts)
     if not args.no_upstream:
@@ -376,21 +380,22 @@ def start_hami(site: Site, hosts: dict[str, dict], first: dict) -> None:
     if release is None:
         return
     started = time.time()
-    gpus = {}
-    for name, hv in hosts.items():
-        if hv.get("accel_pool") in release["pools"]:
-            from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_gpu_facts  # noqa: PLC0415
-
-            snapshot = NVML_DATA / f"{hv['accel_lab_gpu']}.json"
-            recorded = accel_gpu_facts.gather(accel_gpu_facts.RecordedSource.from_file(str(snapshot)))["gpus"]
-            # Lab hosts share snapshots; real GPUs' UUIDs are unique, so each host gets its own, derived.
-            gpus[name] = [{**g, "uuid": "GPU-" + str(uuid.uuid5(uuid.NAMESPACE_URL, name + "/" + g["uuid"]))}
-                          for g in recorded]
+    gpus = {name: recorded_gpus(name, hv) for name, hv in hosts.items() if hv.get("accel_pool") in release["pools"]}
     (site.root / "hami").mkdir(exist_ok=True)
     (site.root / "hami" / "hosts.json").write_text(json.dumps(gpus))
     namespace = first.get("accel_namespace") or "kube-accel"
     lab_upstream.start_hami(site.root, site.kubeconfig, release, namespace, versions()["K8S_VERSION"].lstrip("v"))
     log(f"HAMi scheduler, kube-scheduler and device-plugin stand-in up in {time.time() - started:.1f} s")
+
+
+def recorded_gpus(name: str, hostvars: dict) -> list[dict]:
+    """The host's GPUs from its recorded NVML snapshot (accel_gpu_facts), each with a UUID of its own."""
+    from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_gpu_facts  # noqa: PLC0415
+
+    snapshot = NVML_DATA / f"{hostvars['accel_lab_gpu']}.json"
+    recorded = accel_gpu_facts.gather(accel_gpu_facts.RecordedSource.from_file(str(snapshot)))["gpus"]
+    # Lab hosts share snapshots; real GPUs' UUIDs are unique, so each host gets its own, derived.
+    return [{**g, "uuid": "GPU-" + str(uuid.uuid5(uuid.NAMESPACE_URL, name + "/" + g["uuid"]))} for g in recorded]
 
 
 def start_gpu_admission(site: Site, hosts: dict[str, dict], first: dict) -> None:
@@ -426,6 +431,59 @@ def start_gpu_operator(site: Site, hosts: dict[str, dict], first: dict) -> None:
     lab_upstream.start_gpu_operator(site.root, site.kubeconfig, values, GPU_OPERATOR_NAMESPACE,
                                     versions()["K8S_VERSION"].lstrip("v"))
     log(f"GPU Operator controller up in {time.time() - started:.1f} s")
+
+
+def apply_prometheus_rule_crd(site: Site) -> None:
+    """The Prometheus Operator's PrometheusRule CRD, which a cluster with kube-prometheus-stack serves: the monitoring
+    chart renders its alerts only where the API is (.Capabilities.APIVersions)."""
+    import lab_upstream  # noqa: PLC0415
+
+    crd = lab_upstream.monitoring_crd("prometheusrules")
+    lab_upstream.kubectl_apply(site.kubeconfig, [crd], site.root / "prometheusrules-crd.yaml", "PrometheusRule CRD")
+    run(str(BIN / "kubectl"), "--kubeconfig", str(site.kubeconfig), "wait", "--for", "condition=Established",
+        "--timeout=60s", f"crd/{crd['metadata']['name']}")
+
+
+def monitoring(args: argparse.Namespace) -> None:
+    """The monitoring chain on what the cluster play deployed (scripts/lab_monitoring.py), and its report."""
+    import lab_monitoring  # noqa: PLC0415
+
+    site = site_of(args)
+    if not cluster_running(site):
+        sys.exit("[lab] the lab is down: run `make demo` first")
+    hosts = gpu_hosts(inventory(site.inventory))
+    first = hosts[sorted(hosts)[0]]
+    if not truthy(first.get("accel_monitoring_enabled", False)):
+        sys.exit(f"[lab] {site.inventory} does not set accel_monitoring_enabled")
+    namespace = first.get("accel_namespace") or "kube-accel"
+    gpus = {name: recorded_gpus(name, hv) for name, hv in hosts.items()}
+    driver = json.loads((NVML_DATA / f"{first['accel_lab_gpu']}.json").read_text()).get("driver_version", "")
+    lab_monitoring.up(site.root, site.kubeconfig, gpus, namespace,
+                      first.get("accel_monitoring_hpa_adapter_namespace") or namespace, driver)
+    if args.report:
+        out = Path(args.report).resolve()
+        counts = lab_monitoring.report(site.root, site.kubeconfig,
+                                       first.get("accel_monitoring_dashboards_namespace") or namespace, out)
+        empty = sorted(title for title, n in counts.items() if n == 0)
+        log(f"dashboard report: {out} ({len(counts)} panels, {sum(counts.values())} series"
+            + (f"; no data: {', '.join(empty)})" if empty else ")"))
+
+
+def load(args: argparse.Namespace) -> None:
+    """Set the DCGM exporter stand-in's readings: utilisation of a namespace's GPUs, a GPU's last XID."""
+    import lab_monitoring  # noqa: PLC0415
+
+    def pairs(items: list[str], kind) -> dict:
+        out = {}
+        for item in items:
+            key, sep, value = item.partition("=")
+            if not sep:
+                sys.exit(f"[lab] {item!r}: expected KEY=VALUE")
+            out[key] = kind(value)
+        return out
+
+    print(json.dumps(lab_monitoring.set_load(site_of(args).root, pairs(args.util, float) or None,
+                                             pairs(args.xid, int) or None)))
 
 
 def down(args: argparse.Namespace) -> None:
@@ -471,6 +529,16 @@ def main() -> None:
     p_up.add_argument("--audit-nodes", action="store_true",
                       help="log every request on nodes to the cluster's audit.log (new clusters only)")
     p_up.set_defaults(func=up)
+    p_mon = sub.add_parser("monitoring", help="Prometheus, kube-state-metrics and prometheus-adapter on what the "
+                           "cluster play deployed, with the DCGM exporter stand-in (lab_monitoring.py)")
+    p_mon.add_argument("--report", help="also render the deployed dashboard with the lab's data to this HTML file")
+    p_mon.set_defaults(func=monitoring)
+    p_load = sub.add_parser("load", help="set the DCGM exporter stand-in's readings")
+    p_load.add_argument("--util", action="append", default=[], metavar="NAMESPACE=PERCENT",
+                        help="utilisation of the GPUs the namespace's pods use")
+    p_load.add_argument("--xid", action="append", default=[], metavar="NODE/GPU=CODE",
+                        help="last XID of a GPU (0 clears)")
+    p_load.set_defaults(func=load)
     sub.add_parser("down").set_defaults(func=down)
     sub.add_parser("status").set_defaults(func=status)
     args = parser.parse_args()

@@ -378,10 +378,11 @@ def http_ok(url: str) -> bool:
         return r.status == 200
 
 
-def service_monitor_crd() -> dict:
-    """Prometheus Operator's ServiceMonitor CRD at the version the GPU Operator compiles against (fetched by
-    scripts/upstream.sh from the Go module proxy: prometheus-operator's own example/prometheus-operator-crd)."""
-    path = CACHE / "upstream" / "crds" / "monitoring.coreos.com_servicemonitors.yaml"
+def monitoring_crd(plural: str = "servicemonitors") -> dict:
+    """A Prometheus Operator CRD (servicemonitors, prometheusrules) at the version the GPU Operator compiles against
+    (fetched by scripts/upstream.sh from the Go module proxy: prometheus-operator's own
+    example/prometheus-operator-crd)."""
+    path = CACHE / "upstream" / "crds" / f"monitoring.coreos.com_{plural}.yaml"
     if not path.exists():
         sys.exit(f"[lab] {path} missing: run `scripts/upstream.sh all` (make toolchain does)")
     return yaml.safe_load(path.read_text())
@@ -402,7 +403,7 @@ def start_gpu_operator(root: Path, kubeconfig: Path, values: dict, namespace: st
     crds = [o for o in objs if o["kind"] == "CustomResourceDefinition"]
     monitor = values.get("dcgmExporter", {}).get("serviceMonitor", {}).get("enabled", False)
     if monitor:
-        crds.append(service_monitor_crd())
+        crds.append(monitoring_crd())
     kubectl_apply(kubeconfig, crds, workdir / "crds.yaml", "GPU Operator CRDs")
     names = [f"crd/{crd['metadata']['name']}" for crd in crds]
     proc = subprocess.run([str(BIN / "kubectl"), "--kubeconfig", str(kubeconfig), "wait", "--for",

@@ -94,7 +94,7 @@ def test_site_verifies_every_pool(converged):
 def test_second_run_changes_nothing_and_calls_no_upgrade(lab, converged):
     before = revisions(lab)
     assert set(before) == {"kube-accel-mps", "kube-accel-pgpu", "kube-accel-timeslice", "kube-accel-vgpu-hami",
-                           "kube-accel-vgpu-gpu-manager"}
+                           "kube-accel-vgpu-gpu-manager", "kube-accel-monitoring"}
     second, recap = site(lab)
     assert second.returncode == 0, second.stdout[-4000:]
     assert {h: r["changed"] for h, r in recap.items()} == dict.fromkeys(recap, 0)

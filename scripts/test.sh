@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # make test, in two lanes that share nothing but the CPU (BENCHMARKS.md "Test suite"):
-#   hosts:   venv -> podman, host and Molecule images -> Molecule scenarios (podman hosts only: no Go toolchain)
+#   hosts:   venv -> podman, host and Molecule images -> Molecule scenarios (podman hosts; the one Go-built command a
+#            scenario copies in, containerd 2.x, is built by its test: tests/molecule/test_scenarios.py)
 #   cluster: the Go toolchain and upstream builds -> lint -> pytest (lab integration tests in one process; beside
 #            it ansible-test sanity on the built collection, then the unit, chart and conformance tests)
 # The Molecule lane starts as soon as its images exist, so its ~35 minutes (every scenario run) pass beside the Go

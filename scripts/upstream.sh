@@ -110,27 +110,38 @@ build_bins() {
   done
 }
 
+# Every command of PROXY_BINS, or those whose output name starts with one of the arguments. The Molecule lane builds
+# the one it needs (containerd) while the toolchain lane builds them all: a lock per command, a scratch dir per build.
 build_proxy_bins() {
-  local pair spec name rest tags out key
+  local pair spec name rest tags out key want fd scratch
   mkdir -p "$UP/bin"
   for pair in "${PROXY_BINS[@]}"; do
     spec=${pair%%=*}; rest=${pair#*=}; name=${rest%%=*}; tags=''
     [ "$rest" = "$name" ] || tags=${rest#*=}
+    if [ $# -gt 0 ]; then
+      for want in "$@"; do [[ $name == "$want"* ]] && break; want=''; done
+      [ -n "$want" ] || continue
+    fi
     out="$UP/bin/$name"
     key=$(printf '%s %s%s' "$spec" "$(go env GOVERSION)" "${tags:+ $tags}" | sha256sum | cut -c1-16)
-    [ -x "$out" ] && [ -f "$out.stamp" ] && [ "$(cat "$out.stamp")" = "$key" ] && continue
-    log "building $name from the module proxy ($spec${tags:+, tags $tags})"
-    # A scratch module that requires only the command's module: its go.mod decides every version, as with
-    # `go install pkg@version`, which refuses modules whose version list the proxy does not serve
-    # (prometheus-adapter: "loading deprecation ... 403").
-    rm -rf "$UP/gobuild" && mkdir -p "$UP/gobuild"
-    (
-      cd "$UP/gobuild"
-      go mod init ka-build >/dev/null 2>&1
-      go get "$spec"
-      GOFLAGS="-trimpath -buildvcs=false" go build -tags "$tags" -ldflags "-s -w" -o "$out" "${spec%@*}"
-    )
-    printf '%s' "$key" >"$out.stamp"
+    exec {fd}>"$out.lock"
+    flock "$fd"
+    if ! { [ -x "$out" ] && [ -f "$out.stamp" ] && [ "$(cat "$out.stamp")" = "$key" ]; }; then
+      log "building $name from the module proxy ($spec${tags:+, tags $tags})"
+      # A scratch module that requires only the command's module: its go.mod decides every version, as with
+      # `go install pkg@version`, which refuses modules whose version list the proxy does not serve
+      # (prometheus-adapter: "loading deprecation ... 403").
+      scratch=$(mktemp -d "$UP/gobuild.XXXXXX")
+      (
+        cd "$scratch"
+        go mod init ka-build >/dev/null 2>&1
+        go get "$spec"
+        GOFLAGS="-trimpath -buildvcs=false" go build -tags "$tags" -ldflags "-s -w" -o "$out" "${spec%@*}"
+      ) || { rm -rf "$scratch"; die "building $name failed"; }
+      rm -rf "$scratch"
+      printf '%s' "$key" >"$out.stamp"
+    fi
+    exec {fd}>&-
   done
 }
 
@@ -199,6 +210,7 @@ fetch_crds() {
 case "${1:-all}" in
   src) for e in "${ARCHIVES[@]}"; do unpack "$(field "$e" 0)"; done ;;
   bin) build_bins; build_proxy_bins ;;
+  proxy) shift; build_proxy_bins "$@" ;;
   harness) build_harnesses ;;
   crds) fetch_crds ;;
   path) unpack "$2" >/dev/null; printf '%s\n' "$UP/src/$2" ;;
@@ -209,6 +221,6 @@ case "${1:-all}" in
     build_harnesses
     fetch_crds
     ;;
-  *) echo "usage: $0 [all|src|bin|harness|crds|path ARCHIVE]" >&2; exit 2 ;;
+  *) echo "usage: $0 [all|src|bin|proxy [NAME...]|harness|crds|path ARCHIVE]" >&2; exit 2 ;;
 esac
 log "ready in $UP"

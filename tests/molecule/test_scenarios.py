@@ -28,6 +28,9 @@ BIN = Path(sys.executable).parent
 LONGEST_FIRST = ("roles/nvidia_driver:dkms", ".:sriov_vfio", ".:site", "roles/nvidia_driver:default", ".:kubelet_gpu",
                  ".:mig", "roles/package_db:default", "roles/container_toolkit:default")
 STAGE = re.compile(r"\b([a-z_]+)\]?:?\s+Executing\b")
+# Go-built commands a scenario's prepare copies onto its hosts (scripts/upstream.sh proxy NAME), built here because
+# this lane runs beside the toolchain's Go builds: a cold CI ran container_toolkit before containerd 2.x existed.
+UPSTREAM_COMMANDS = {"roles/container_toolkit:default": ("containerd-",)}
 
 
 def scenarios() -> list[Scenario]:
@@ -97,6 +100,10 @@ def test_molecule_scenario(scenario: Scenario, record_property):
                                                 "seconds": 0, "stages": {}}))
         return
 
+    if UPSTREAM_COMMANDS.get(scenario.id):
+        built = subprocess.run([str(REPO / "scripts" / "upstream.sh"), "proxy", *UPSTREAM_COMMANDS[scenario.id]],
+                               capture_output=True, text=True, check=False, timeout=1800)
+        assert built.returncode == 0, f"scripts/upstream.sh proxy failed:\n{built.stderr[-3000:]}"
     logs = cache_root() / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     log_path = logs / f"{scenario.slug}-{time.strftime('%Y%m%dT%H%M%S')}.log"

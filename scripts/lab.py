@@ -477,9 +477,13 @@ def load(args: argparse.Namespace) -> None:
         out = {}
         for item in items:
             key, sep, value = item.partition("=")
-            if not sep:
-                sys.exit(f"[lab] {item!r}: expected KEY=VALUE")
-            out[key] = kind(value)
+            try:
+                if not sep or not key:
+                    raise ValueError
+                out[key] = kind(value)
+            except ValueError:
+                what = "a number" if kind is float else "an integer"
+                sys.exit(f"[lab] {item!r}: expected KEY=VALUE where VALUE is {what}")
         return out
 
     print(json.dumps(lab_monitoring.set_load(site_of(args).root, pairs(args.util, float) or None,

@@ -93,7 +93,7 @@ def wait_json(kubeconfig: Path, what: str, *args: str, timeout: float = 60) -> d
     deadline = time.time() + timeout
     while (found := kubectl_json(kubeconfig, *args)) is None or found.get("items") == []:
         if time.time() > deadline:
-            sys.exit(f"[lab] monitoring: {what} not found after {timeout:.0f} s (kubectl get {' '.join(args)}); "
+            sys.exit(f"[lab] monitoring: {what} not found after {timeout:.0f} s (kubectl {' '.join(args)}); "
                      "the cluster play installs it: run `make demo` first")
         time.sleep(1)
     return found

@@ -8,6 +8,7 @@ processes beside the shared one; tests that run plays there pass ``-e accel_kube
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -83,6 +84,23 @@ def lab() -> Lab:
     yield Lab(kubeconfig=kubeconfig, nodes_by_pool={k: sorted(v) for k, v in by_pool.items()})
     if started and os.environ.get("KUBE_ACCEL_KEEP_LAB") != "1":
         _lab("down")
+
+
+def converge_cluster(lab: Lab, releases: set[str], namespace: str | None = None) -> None:
+    """Run the cluster play on the lab unless helm already lists every release in ``releases`` (in ``namespace``, or
+    any): in a full run test_site_lab.py has converged the lab before the tests that need its releases."""
+    scope = ["-n", namespace] if namespace else ["-A"]
+    listed = json.loads(subprocess.run([str(lab.helm), "list", *scope, "-o", "json", "--kubeconfig",
+                                        str(lab.kubeconfig)], capture_output=True, text=True, check=True).stdout)
+    if releases <= {r["name"] for r in listed}:
+        return
+    bin_dir = Path(sys.executable).parent
+    env = {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1",
+           "PATH": f"{lab.helm.parent}:{bin_dir}:{os.environ['PATH']}"}
+    play = subprocess.run([str(bin_dir / "ansible-playbook"), "-i", str(REPO / "inventories" / "lab" / "hosts.yml"),
+                           str(REPO / "ansible" / "cluster.yml"), "-e", f"accel_kubeconfig={lab.kubeconfig}"],
+                          cwd=REPO, env=env, capture_output=True, text=True, check=False, timeout=900)
+    assert play.returncode == 0, play.stdout[-4000:]
 
 
 def run_localhost_playbook(book: list, path: Path, *args: str, env: dict | None = None,

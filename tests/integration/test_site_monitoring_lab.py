@@ -29,7 +29,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from lab_fixture import wait_for
+from lab_fixture import converge_cluster, wait_for
 
 pytestmark = pytest.mark.lab
 
@@ -48,16 +48,7 @@ def lab_py(lab, *args: str) -> subprocess.CompletedProcess:
 
 @pytest.fixture(scope="module")
 def chain(lab):
-    releases = json.loads(subprocess.run([str(lab.helm), "list", "-A", "-o", "json", "--kubeconfig",
-                                          str(lab.kubeconfig)], capture_output=True, text=True, check=True).stdout)
-    if "kube-accel-monitoring" not in {r["name"] for r in releases}:
-        env = {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1",
-               "PATH": f"{lab.helm.parent}:{Path(sys.executable).parent}:{os.environ['PATH']}"}
-        play = subprocess.run([str(Path(sys.executable).parent / "ansible-playbook"), "-i",
-                               str(REPO / "inventories" / "lab" / "hosts.yml"), str(REPO / "ansible" / "cluster.yml"),
-                               "-e", f"accel_kubeconfig={lab.kubeconfig}"],
-                              cwd=REPO, env=env, capture_output=True, text=True, check=False, timeout=900)
-        assert play.returncode == 0, play.stdout[-4000:]
+    converge_cluster(lab, {"kube-accel-monitoring"})
     started = time.time()
     proc = lab_py(lab, "monitoring")
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -14,12 +14,10 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from lab_fixture import wait_for
+from lab_fixture import converge_cluster, wait_for
 
 pytestmark = pytest.mark.lab
 
@@ -36,16 +34,7 @@ def standin(lab):
 
     root = lab.kubeconfig.parent
     assert lab_upstream.DP_STANDIN in lab_upstream.running(root), "`lab.py up` starts device-plugin-standin"
-    releases = json.loads(subprocess.run([str(lab.helm), "list", "-n", "kube-accel", "-o", "json", "--kubeconfig",
-                                          str(lab.kubeconfig)], capture_output=True, text=True, check=True).stdout)
-    if not {"kube-accel-pgpu", "kube-accel-mps", "kube-accel-timeslice"} <= {r["name"] for r in releases}:
-        env = {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1",
-               "PATH": f"{lab.helm.parent}:{Path(sys.executable).parent}:{os.environ['PATH']}"}
-        play = subprocess.run([str(Path(sys.executable).parent / "ansible-playbook"), "-i",
-                               str(REPO / "inventories" / "lab" / "hosts.yml"), str(REPO / "ansible" / "cluster.yml"),
-                               "-e", f"accel_kubeconfig={lab.kubeconfig}"],
-                              cwd=REPO, env=env, capture_output=True, text=True, check=False, timeout=900)
-        assert play.returncode == 0, play.stdout[-4000:]
+    converge_cluster(lab, {"kube-accel-pgpu", "kube-accel-mps", "kube-accel-timeslice"}, namespace="kube-accel")
     for name in NODES:
         wait_for(f"{name} registered by the stand-in",
                  lambda name=name: node(lab, name)["metadata"]["annotations"].get("kube-accel.lab/capacity")

@@ -1,5 +1,7 @@
 """CRI-O and Docker: kube-accel's runtime configuration against NVIDIA's own writer, `nvidia-ctk runtime configure`
-(v1.20.2, built from the Go module proxy by scripts/upstream.sh; issue 16, What to build 2).
+(v1.20.2, built from the Go module proxy by scripts/upstream.sh; issue 16, What to build 2). The NVIDIA runtime's own
+config.toml: the role's merge (module nvidia_runtime_config) against `nvidia-ctk config --set --in-place`, and the
+keys it sets against the toolkit source that reads them (issue 31, What to build 1).
 
 Measured: for these two runtimes nvidia-ctk writes the same configuration as the container_toolkit role (CRI-O: the
 same drop-in; Docker: the same merge into daemon.json). The role keeps its own template and merge because they work
@@ -12,6 +14,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import tomllib
 from pathlib import Path
 
@@ -19,6 +22,7 @@ import jinja2
 import pytest
 import upstream
 import yaml
+from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_runtime_config import merge
 from lab import versions  # scripts/lab.py
 
 REPO = Path(__file__).resolve().parents[2]
@@ -77,3 +81,116 @@ def test_the_docker_merge_above_is_the_roles():
     assert "{'default-runtime': container_toolkit_runtime_name} if container_toolkit_set_as_default" in \
         merge["vars"]["container_toolkit_docker_default"]
     assert "recursive=true" in merge["vars"]["container_toolkit_docker_merged"]
+
+
+# --- the NVIDIA runtime's own config.toml (roles/container_toolkit/tasks/runtime_config.yml) ---------------------
+
+RUNTIME_TASKS = yaml.safe_load((ROLE / "tasks" / "runtime_config.yml").read_text())
+(SETTINGS,) = [t["kube_accel.gpu.nvidia_runtime_config"]["settings"] for t in RUNTIME_TASKS
+               if "kube_accel.gpu.nvidia_runtime_config" in t]
+SETS = [f"--set={k}={str(v).lower()}" for k, v in SETTINGS.items()]
+
+
+def ctk_src() -> Path:
+    """The toolkit's source at the pinned version, as the Go module proxy served it to scripts/upstream.sh."""
+    root = Path(os.environ.get("KA_CACHE", Path.home() / ".cache" / "kube-accel")) / "go" / "mod"
+    path = root / "github.com" / "!n!v!i!d!i!a" / f"nvidia-container-toolkit@{VERSIONS['NVIDIA_CTK_VERSION']}"
+    if not path.is_dir():
+        pytest.fail(f"{path} missing: scripts/upstream.sh proxy nvidia-ctk downloads it (make toolchain)")
+    return path
+
+
+def ctk_line(ref: str) -> str:
+    path, line = ref.rsplit(":", 1)
+    return (ctk_src() / path).read_text().splitlines()[int(line) - 1]
+
+
+def ctk_config(tmp_path: Path, config: Path, *args: str) -> None:
+    proc = upstream.run(NVIDIA_CTK, "config", f"--config-file={config}", *args, env={"HOME": str(tmp_path)})
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_the_role_sets_what_the_runtime_reads():
+    """The keys are the toolkit's own (api/config/v1/config.go), and the runtime hands an unprivileged container the
+    GPUs of NVIDIA_VISIBLE_DEVICES only with the first one true, and reads the volume-mount request (a /dev/null bind
+    mount under /var/run/nvidia-container-devices, what the device plugin's volume-mounts strategy returns) only with
+    the second one true (internal/config/image/cuda_image.go VisibleDevices)."""
+    assert SETTINGS == {"accept-nvidia-visible-devices-envvar-when-unprivileged": False,
+                        "accept-nvidia-visible-devices-as-volume-mounts": True}
+    assert 'toml:"accept-nvidia-visible-devices-envvar-when-unprivileged"' in ctk_line("api/config/v1/config.go:64")
+    assert 'toml:"accept-nvidia-visible-devices-as-volume-mounts"' in ctk_line("api/config/v1/config.go:65")
+    assert "AcceptEnvvarUnprivileged:    true," in ctk_line("api/config/v1/config.go:106")  # NVIDIA's default
+    assert "if i.acceptDeviceListAsVolumeMounts {" in ctk_line("internal/config/image/cuda_image.go:266")
+    assert "if i.isPrivileged || i.acceptEnvvarUnprivileged {" in ctk_line("internal/config/image/cuda_image.go:281")
+    assert 'if source != "/dev/null" {' in ctk_line("internal/config/image/cuda_image.go:368")
+    assert 'DeviceListAsVolumeMountsRoot = "/var/run/nvidia-container-devices"' in \
+        ctk_line("internal/config/image/cuda_image.go:34")
+    # "Privileged" is CAP_SYS_ADMIN in the bounding set, what Pod Security baseline forbids a tenant to add.
+    assert "if c == capSysAdmin {" in ctk_line("internal/config/image/privileged.go:41")
+    # IMEX channels follow the same two rules (cuda_image.go ImexChannelRequests).
+    assert "if i.acceptDeviceListAsVolumeMounts {" in ctk_line("internal/config/image/cuda_image.go:425")
+    assert "if i.isPrivileged || i.acceptEnvvarUnprivileged {" in ctk_line("internal/config/image/cuda_image.go:440")
+
+
+def test_on_nvidias_own_file_the_merge_writes_what_nvidia_ctk_writes(tmp_path):
+    """On the file the toolkit package writes (`nvidia-ctk config default`), byte for byte."""
+    packaged = tmp_path / "packaged.toml"
+    ctk_config(tmp_path, packaged, "--in-place")
+    assert "#accept-nvidia-visible-devices-envvar-when-unprivileged = true" in packaged.read_text()
+    ours = merge(packaged.read_text(), SETTINGS)
+    ctk_config(tmp_path, packaged, "--in-place", *SETS)
+    assert ours == packaged.read_text()
+
+
+OPERATOR_FILES = {
+    "envvar-turned-on": "# site file\naccept-nvidia-visible-devices-envvar-when-unprivileged = true\n"
+                        "disable-require = true\n\n[nvidia-container-runtime]\nmode = \"cdi\"\n"
+                        "runtimes = [\"/usr/local/sbin/runc\"]\n\n[nvidia-container-runtime.modes.cdi]\n"
+                        "spec-dirs = [\"/etc/cdi\"]\n",
+    "tables-only": "[nvidia-container-cli]\nroot = \"/run/nvidia/driver\"\n[nvidia-ctk]\npath = \"/opt/ctk\"\n",
+    "already-set": "accept-nvidia-visible-devices-as-volume-mounts = true\n"
+                   "accept-nvidia-visible-devices-envvar-when-unprivileged = false\n",
+}
+
+
+def without_empty_tables(doc: dict) -> dict:
+    out = {key: without_empty_tables(value) if isinstance(value, dict) else value for key, value in doc.items()}
+    return {key: value for key, value in out.items() if value != {}}
+
+
+@pytest.mark.parametrize("name", sorted(OPERATOR_FILES))
+def test_on_an_operators_file_the_runtime_reads_what_nvidia_ctk_writes(tmp_path, name):
+    """nvidia-ctk rewrites the whole file (comments dropped, its defaults added as comments, in tables it adds for
+    them: empty once parsed, so nothing the runtime reads); the merge edits lines in place. What the runtime parses
+    from both is the same."""
+    text = OPERATOR_FILES[name]
+    ours = merge(text, SETTINGS)
+    theirs = tmp_path / "config.toml"
+    theirs.write_text(text)
+    ctk_config(tmp_path, theirs, "--in-place", *SETS)
+    assert tomllib.loads(ours) == without_empty_tables(tomllib.loads(theirs.read_text()))
+    assert (ours == text) == (name == "already-set")
+    if name == "envvar-turned-on":
+        assert ours.startswith("# site file\n")  # the operator's comment stays; nvidia-ctk drops it
+
+
+def test_without_a_file_only_the_settings_are_written_and_the_runtime_fills_in_its_defaults(tmp_path):
+    """nvidia-ctk writes its whole default config plus the settings; the merge writes the settings alone. The runtime
+    starts from its defaults and reads the file over them (api/config/v1/toml.go configNoOverrides), so it sees the
+    same; the package's postinst (`nvidia-ctk config --in-place`) keeps the settings, and the role then changes
+    nothing."""
+    assert "cfg, err := GetDefault()" in ctk_line("api/config/v1/toml.go:170")
+    assert "if err := t.Unmarshal(cfg); err != nil {" in ctk_line("api/config/v1/toml.go:177")
+    ours = merge(None, SETTINGS)
+    theirs, default = tmp_path / "missing.toml", tmp_path / "default.toml"
+    ctk_config(tmp_path, theirs, "--in-place", *SETS)
+    ctk_config(tmp_path, default, "--in-place")
+    assert tomllib.loads(theirs.read_text()) == deep_merge(tomllib.loads(default.read_text()), tomllib.loads(ours))
+    # The postinst of nvidia-container-toolkit-base (packaging/debian/*.postinst), on the file the role wrote.
+    assert "config --config-file=/etc/nvidia-container-runtime/config.toml --in-place" in \
+        (ctk_src() / "packaging/debian/nvidia-container-toolkit-base.postinst").read_text()
+    postinst = tmp_path / "postinst.toml"
+    postinst.write_text(ours)
+    ctk_config(tmp_path, postinst, "--in-place")
+    assert {k: tomllib.loads(postinst.read_text())[k] for k in SETTINGS} == SETTINGS
+    assert merge(postinst.read_text(), SETTINGS) == postinst.read_text()

@@ -39,12 +39,16 @@ def test_default_release(helm):
     }
     assert cfg["flags"]["mpsRoot"] == "/run/nvidia/mps"
     assert cfg["flags"]["migStrategy"] == "none", "the device plugin refuses MPS on MIG devices"
+    assert cfg["flags"]["plugin"]["deviceListStrategy"] == ["volume-mounts"]
 
     plugin = container(plugin_ds, "nvidia-device-plugin")
     assert env(plugin)["MPS_ROOT"] == "/run/nvidia/mps"
     assert mounts(plugin)["/mps"] == "mps-root" and mounts(plugin)["/dev/shm"] == "mps-shm"
     assert plugin["securityContext"]["capabilities"] == {"drop": ["ALL"]}
     assert host_paths(pod_spec(plugin_ds))["mps-shm"] == "/run/nvidia/mps/shm"
+    # Its GPUs through the runtime's volume-mount channel, as an allocation: no capability needed.
+    assert mounts(plugin)["/var/run/nvidia-container-devices/all"] == "all-gpus"
+    assert host_paths(pod_spec(plugin_ds))["all-gpus"] == "/dev/null"
 
     spec = pod_spec(daemon_ds)
     assert spec["nodeSelector"] == {accel_constants.UPSTREAM_LABELS["mps_capable"]: "true"}

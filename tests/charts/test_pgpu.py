@@ -28,12 +28,16 @@ def test_default_release(helm):
         "/driver-root": "driver-root",
         "/var/run/cdi": "cdi-root",
         "/config": "config",
+        # Every GPU through the runtime's volume-mount channel (what a volume-mounts allocation looks like).
+        "/var/run/nvidia-container-devices/all": "all-gpus",
     }
     assert host_paths(spec) == {
         "device-plugin": "/var/lib/kubelet/device-plugins",
         "driver-root": "/",
         "cdi-root": "/var/run/cdi",
+        "all-gpus": "/dev/null",
     }
+    assert next(v for v in spec["volumes"] if v["name"] == "all-gpus")["hostPath"]["type"] == "CharDevice"
     for name, oneshot in (("config-manager-init", "true"), ("config-manager", "false")):
         cm = env(container(ds, name))
         assert cm["NODE_LABEL"] == accel_constants.UPSTREAM_LABELS["device_plugin_config"]
@@ -55,7 +59,8 @@ def test_default_release(helm):
     for cfg in parsed.values():
         assert cfg["version"] == "v1"
         assert "sharing" not in cfg, "pgpu hands out whole GPUs: no time-slicing or MPS"
-        assert cfg["flags"]["plugin"]["deviceListStrategy"] == ["envvar"]
+        # The NVIDIA runtime kube-accel configures reads volume mounts, not NVIDIA_VISIBLE_DEVICES, from tenants.
+        assert cfg["flags"]["plugin"]["deviceListStrategy"] == ["volume-mounts"]
 
     role = one(objs, "ClusterRole", "kube-accel-pgpu")
     # config-manager is an informer: list + watch (upstream cmd/config-manager/main.go:258-292).
@@ -74,8 +79,10 @@ def test_exclusive_only_drops_sys_admin(helm, tmp_path):
     values.write_text("configs: {exclusive: {migStrategy: none}, mig-mixed: null, mig-single: null}\n")
     ds = one(render("pgpu", [values], helm=helm), "DaemonSet", "kube-accel-pgpu-device-plugin")
     plugin = container(ds, "nvidia-device-plugin")
+    # volume-mounts (the default) adds no capability: the agents ask for their GPUs by volume mount.
     assert plugin["securityContext"]["capabilities"] == {"drop": ["ALL"]}
     assert "NVIDIA_MIG_MONITOR_DEVICES" not in env(plugin)
+    assert mounts(plugin)["/var/run/nvidia-container-devices/all"] == "all-gpus"
 
 
 def test_cdi_and_driver_root(helm):

@@ -4,7 +4,9 @@ Every rendered container of the device plugin, GFD, the MPS control daemon and c
 real binary with exactly its rendered env and args (plus temp paths for files the kubelet or config-manager would
 provide): it must get past flag parsing and config loading and stop only where NVML or the API server is needed.
 Named configs go through the plugin's own loader and a strict decode (ka-conform-deviceplugin); RBAC is compared
-with the API calls the upstream code makes (RBAC_CALLS, each line re-checked in the source).
+with the API calls the upstream code makes (RBAC_CALLS, each line re-checked in the source). The device-list
+strategy each config loads with, and the way each agent gets its own GPUs, must work with the NVIDIA runtime as
+roles/container_toolkit configures it (issue 31.1; the runtime's rules: tests/conformance/test_nvidia_ctk.py).
 """
 
 from __future__ import annotations
@@ -32,6 +34,26 @@ NODE = "conformance-node"
 NVML_ABSENT = "ERROR_LIBRARY_NOT_FOUND"
 
 # Env vars the NVIDIA container runtime reads (nvidia-container-toolkit), not the binaries: allowed with a reason.
+# The NVIDIA runtime's settings roles/container_toolkit writes (tasks/runtime_config.yml).
+RUNTIME_SETTINGS = next(t["kube_accel.gpu.nvidia_runtime_config"]["settings"] for t in yaml.safe_load(
+    (REPO / "roles" / "container_toolkit" / "tasks" / "runtime_config.yml").read_text())
+    if "kube_accel.gpu.nvidia_runtime_config" in t)
+# Where the plugin's volume-mounts allocation points (internal/plugin/server.go) and the toolkit reads it.
+VOLUME_MOUNT_REQUEST = ("internal/plugin/server.go:47", 'deviceListAsVolumeMountsHostPath          = "/dev/null"')
+VOLUME_MOUNT_ROOT = ("internal/plugin/server.go:48",
+                     'deviceListAsVolumeMountsContainerPathRoot = "/var/run/nvidia-container-devices"')
+
+
+def runtime_accepts(strategy: str) -> bool:
+    """Whether an unprivileged container gets the GPUs a strategy allocates from the NVIDIA runtime as kube-accel
+    configures it (CDI devices are injected by the container engine itself, whatever the runtime)."""
+    if strategy == "envvar":
+        return RUNTIME_SETTINGS["accept-nvidia-visible-devices-envvar-when-unprivileged"]
+    if strategy == "volume-mounts":
+        return RUNTIME_SETTINGS["accept-nvidia-visible-devices-as-volume-mounts"]
+    return strategy in ("cdi-annotations", "cdi-cri")
+
+
 RUNTIME_ENV = {
     "NVIDIA_VISIBLE_DEVICES": "container toolkit: which GPUs the runtime injects (all: the agent sees every GPU)",
     "NVIDIA_DRIVER_CAPABILITIES": "container toolkit: driver libraries to inject (compute,utility for NVML)",
@@ -236,8 +258,40 @@ def test_agents_pass_flag_and_config_parsing(chart, values, tmp_path):
                     # The plugin finds NVML under the driver root mounted at containerDriverRoot.
                     mounts = {m["mountPath"] for m in c["volumeMounts"]}
                     assert config["flags"]["plugin"]["containerDriverRoot"] in mounts
+                    # What it loaded hands allocated GPUs over in a way the runtime kube-accel configures accepts.
+                    strategies = config["flags"]["plugin"]["deviceListStrategy"]
+                    assert any(runtime_accepts(s) for s in strategies), (name, strategies)
             seen.add(binary)
     assert "nvidia-device-plugin" in seen and "config-manager" in seen
+
+
+def privileged_for_the_runtime(c: dict) -> bool:
+    """CAP_SYS_ADMIN in the bounding set: what the toolkit calls privileged (internal/config/image/privileged.go)."""
+    ctx = c.get("securityContext") or {}
+    return bool(ctx.get("privileged")) or "SYS_ADMIN" in (ctx.get("capabilities") or {}).get("add", [])
+
+
+@pytest.mark.parametrize(("chart", "values"), CASES)
+def test_agents_get_their_gpus_from_the_runtime_as_kube_accel_configures_it(chart, values, tmp_path):
+    """An agent that asks for every GPU (NVIDIA_VISIBLE_DEVICES=all) gets them only if privileged for the runtime, or
+    through the volume-mount request the plugin's own volume-mounts allocation makes: /dev/null bind-mounted under
+    /var/run/nvidia-container-devices (here .../all), which only pods allowed hostPath volumes can ask for."""
+    for ref, text in (VOLUME_MOUNT_REQUEST, VOLUME_MOUNT_ROOT):
+        assert text in cited(ref), f"{ref} no longer holds {text!r}"
+    root = VOLUME_MOUNT_ROOT[1].split('"')[1]
+    checked = 0
+    for ds, c in agent_containers(rendered(chart, values, tmp_path)):
+        if container_env(c).get("NVIDIA_VISIBLE_DEVICES") != "all":
+            continue
+        volumes = {v["name"]: v for v in pod_spec(ds).get("volumes", [])}
+        requests = [m for m in c.get("volumeMounts", []) if m["mountPath"] == f"{root}/all"
+                    and volumes[m["name"]].get("hostPath", {}).get("path") == VOLUME_MOUNT_REQUEST[1].split('"')[1]]
+        by_mount = bool(requests) and RUNTIME_SETTINGS["accept-nvidia-visible-devices-as-volume-mounts"]
+        assert privileged_for_the_runtime(c) or by_mount, (
+            f"{ds['metadata']['name']}/{c['name']}: NVIDIA_VISIBLE_DEVICES=all in an unprivileged container, which "
+            "the NVIDIA runtime kube-accel configures ignores; it would see no GPU")
+        checked += 1
+    assert checked, "no agent asks for GPUs"
 
 
 @pytest.mark.parametrize(("chart", "values"), CASES)

@@ -1,6 +1,10 @@
 {{/* Checks that JSON schema cannot express; each message names the field, the value and what is allowed. */}}
 {{- define "mps.validate" -}}
 {{- include "ka.requireRuntimeClass" . -}}
+{{- $list := .Values.deviceListStrategy -}}
+{{- if not (or (has "volume-mounts" $list) (has "cdi-annotations" $list) (has "cdi-cri" $list)) -}}
+{{- fail (printf "deviceListStrategy=%s: the NVIDIA runtime kube-accel configures ignores NVIDIA_VISIBLE_DEVICES in unprivileged containers (accept-nvidia-visible-devices-envvar-when-unprivileged = false), so allocated GPUs would never reach them; allowed: a list with volume-mounts, cdi-annotations or cdi-cri" (toJson $list)) -}}
+{{- end -}}
 {{- if not (hasKey .Values.configs .Values.defaultConfig) -}}
 {{- fail (printf "defaultConfig=%q is not a key of configs; allowed: %s" .Values.defaultConfig (keys .Values.configs | sortAlpha | join ", ")) -}}
 {{- end -}}
@@ -29,6 +33,7 @@ flags:
   # Given explicitly: the control daemon reads it from here, not from Helm (upstream #1132).
   mpsRoot: {{ .root.Values.mps.root | quote }}
   plugin:
+    deviceListStrategy: {{ .root.Values.deviceListStrategy | toJson }}
     deviceIDStrategy: {{ .root.Values.deviceIDStrategy }}
 sharing:
   mps:
@@ -65,6 +70,20 @@ sharing:
   value: {{ ternary "" "1" .oneshot | quote }}
 - name: PROCESS_TO_SIGNAL
   value: {{ ternary "" .process .oneshot | quote }}
+{{- end -}}
+
+{{/*
+Every GPU of the node for the device plugin through the runtime's volume-mount channel (/dev/null at
+/var/run/nvidia-container-devices/all; nvidia-container-toolkit v1.20.2 internal/config/image/cuda_image.go
+requestsFromMounts), which needs no capability; only pods allowed hostPath volumes can ask this way. The control
+daemon is privileged, which the runtime lets name its GPUs in NVIDIA_VISIBLE_DEVICES.
+*/}}
+{{- define "mps.allGPUsMount" -}}
+- {name: all-gpus, mountPath: /var/run/nvidia-container-devices/all, readOnly: true}
+{{- end -}}
+{{- define "mps.allGPUsVolume" -}}
+- name: all-gpus
+  hostPath: {path: /dev/null, type: CharDevice}
 {{- end -}}
 
 {{- define "mps.configManagerContainer" -}}

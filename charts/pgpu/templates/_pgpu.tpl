@@ -17,7 +17,11 @@
 {{- end -}}
 {{- end -}}
 {{- end -}}
+{{- include "pgpu.checkListStrategy" (dict "field" "deviceListStrategy" "value" .Values.deviceListStrategy) -}}
 {{- range $name, $c := .Values.configs -}}
+{{- if and $c $c.deviceListStrategy -}}
+{{- include "pgpu.checkListStrategy" (dict "field" (printf "configs.%s.deviceListStrategy" $name) "value" $c.deviceListStrategy) -}}
+{{- end -}}
 {{- if and $c $c.timeSlicing (ne $c.migStrategy "none") -}}
 {{- fail (printf "configs.%s.migStrategy=%q with timeSlicing: kube-accel time-slices whole GPUs only; allowed: migStrategy none with timeSlicing" $name $c.migStrategy) -}}
 {{- end -}}
@@ -27,13 +31,43 @@
 {{- end -}}
 {{- end -}}
 
-{{/* True when some config (or the global flags) needs CAP_SYS_ADMIN: MIG management or volume-mounts. */}}
+{{/*
+A device-list strategy the NVIDIA runtime kube-accel configures accepts: roles/container_toolkit refuses
+NVIDIA_VISIBLE_DEVICES from unprivileged containers, so a list of envvar alone hands allocated containers no GPU.
+*/}}
+{{- define "pgpu.checkListStrategy" -}}
+{{- if not (or (has "volume-mounts" .value) (has "cdi-annotations" .value) (has "cdi-cri" .value)) -}}
+{{- fail (printf "%s=%s: the NVIDIA runtime kube-accel configures ignores NVIDIA_VISIBLE_DEVICES in unprivileged containers (accept-nvidia-visible-devices-envvar-when-unprivileged = false), so allocated GPUs would never reach them; allowed: a list with volume-mounts, cdi-annotations or cdi-cri" .field (toJson .value)) -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+True when some config needs CAP_SYS_ADMIN: MIG management (nvidia-caps, and NVIDIA_MIG_MONITOR_DEVICES, which the
+runtime honours in privileged containers only). Upstream's chart also adds it for volume-mounts, so that the agents'
+NVIDIA_VISIBLE_DEVICES=all counts as privileged (k8s-device-plugin #856); kube-accel's agents ask for every GPU through
+the volume-mount channel instead ("pgpu.allGPUsMount"), which needs no capability.
+*/}}
 {{- define "pgpu.needsSysAdmin" -}}
-{{- $need := has "volume-mounts" .Values.deviceListStrategy -}}
+{{- $need := false -}}
 {{- range $name, $c := .Values.configs -}}
-{{- if or (ne $c.migStrategy "none") (has "volume-mounts" (default list $c.deviceListStrategy)) -}}{{- $need = true -}}{{- end -}}
+{{- if ne $c.migStrategy "none" -}}{{- $need = true -}}{{- end -}}
 {{- end -}}
 {{- if $need }}true{{ end -}}
+{{- end -}}
+
+{{/*
+Every GPU of the node for an agent (device plugin, GFD), the way the runtime reads a volume-mounts allocation: /dev/null
+bind-mounted at /var/run/nvidia-container-devices/all (nvidia-container-toolkit v1.20.2 internal/config/image/
+cuda_image.go requestsFromMounts; upstream's kind demo mounts the same). Only pods allowed hostPath volumes can make
+this request, which Pod Security baseline refuses to tenants. NVIDIA_VISIBLE_DEVICES=all stays for runtimes that
+still accept the variable.
+*/}}
+{{- define "pgpu.allGPUsMount" -}}
+- {name: all-gpus, mountPath: /var/run/nvidia-container-devices/all, readOnly: true}
+{{- end -}}
+{{- define "pgpu.allGPUsVolume" -}}
+- name: all-gpus
+  hostPath: {path: /dev/null, type: CharDevice}
 {{- end -}}
 
 {{/*

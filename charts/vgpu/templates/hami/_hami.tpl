@@ -11,7 +11,7 @@ nvidia:
   resourceMemoryPercentageName: {{ .Values.hami.resourceNames.memoryPercentage }}
   resourceCoreName: {{ .Values.hami.resourceNames.cores }}
   resourcePriorityName: {{ .Values.hami.resourceNames.priority }}
-  overwriteEnv: false
+  overwriteEnv: {{ .Values.hami.overwriteEnv }}
   defaultMemory: 0
   defaultCores: 0
   defaultGPUNum: 1

@@ -12,7 +12,7 @@ import types
 
 import jinja2
 import yaml
-from ansible_collections.kube_accel.gpu.plugins.filter.accel_driver_filters import FilterModule
+from ansible_collections.kube_accel.gpu.plugins.filter import accel_driver_filters, accel_repo_filters
 
 OMIT = "__omit__"
 
@@ -21,7 +21,8 @@ def environment() -> jinja2.Environment:
     # Ansible renders lazy sequences (map, select) as lists and keeps a template's trailing newline.
     env = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True,
                              finalize=lambda v: list(v) if isinstance(v, types.GeneratorType) else v)
-    env.filters.update({f"kube_accel.gpu.{name}": f for name, f in FilterModule().filters().items()})
+    for module in (accel_driver_filters, accel_repo_filters):
+        env.filters.update({f"kube_accel.gpu.{name}": f for name, f in module.FilterModule().filters().items()})
     env.filters["b64decode"] = lambda v: base64.b64decode(v).decode()
     env.filters["bool"] = lambda v: v if isinstance(v, bool) else str(v).lower() in ("true", "yes", "1", "on")
     # Ansible's own filters and tests these task files use.
@@ -89,14 +90,36 @@ def condition(task, variables) -> bool:
                for w in (when if isinstance(when, list) else [when]))
 
 
-def run_tasks(tasks, host, variables, module_keys):
+class AssertionFailed(Exception):
+    """An ansible.builtin.assert that did not hold; the message is its rendered fail_msg."""
+
+
+INCLUDES = ("ansible.builtin.import_tasks", "ansible.builtin.include_tasks")
+
+
+def run_tasks(tasks, host, variables, module_keys, tasks_dir=None):
+    """Run ``tasks``; ``tasks_dir`` is where import_tasks/include_tasks find their files (the role's tasks/)."""
     for task in tasks:
         if not condition(task, variables):
             if "register" in task:
                 variables[task["register"]] = {"skipped": True, "changed": False}
             continue
         if "block" in task:
-            run_tasks(task["block"], host, variables, module_keys)
+            run_tasks(task["block"], host, variables, module_keys, tasks_dir)
+            continue
+        include = next((k for k in INCLUDES if k in task), None)
+        if include:
+            run_tasks(yaml.safe_load((tasks_dir / task[include]).read_text()), host, variables, module_keys, tasks_dir)
+            continue
+        if "ansible.builtin.assert" in task:
+            spec = task["ansible.builtin.assert"]
+            scope = RoleVars(variables.templates, variables)
+            for name, value in (task.get("vars") or {}).items():
+                scope[name] = render(value, scope)
+            thats = spec["that"] if isinstance(spec["that"], list) else [spec["that"]]
+            for that in thats:
+                if not ENV.compile_expression(literal(str(that)))(scope.scope(str(that))):
+                    raise AssertionFailed(render(str(spec.get("fail_msg", that)), scope))
             continue
         module = next(k for k in task if k in module_keys)
         scope = RoleVars(variables.templates, variables)
@@ -106,7 +129,8 @@ def run_tasks(tasks, host, variables, module_keys):
         if module == "ansible.builtin.set_fact":
             variables.update(args)
             continue
-        result = host.run(module, args, variables["ansible_check_mode"])
+        # check_mode: false runs a task for real in check mode too (read-only probes); true always checks.
+        result = host.run(module, args, bool(task.get("check_mode", variables["ansible_check_mode"])))
         if "changed_when" in task:
             result["changed"] = ENV.compile_expression(str(task["changed_when"]))(variables.scope(""))
         if "register" in task:

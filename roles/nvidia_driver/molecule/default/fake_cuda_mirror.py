@@ -5,7 +5,8 @@ The packages are stand-ins: the names, versions and exact-version dependency sha
 packages (cuda-drivers-<branch> -> cuda-drivers (= V) -> nvidia-driver-cuda / nvidia-kernel-dkms (= V) ->
 libcuda1 (= V); nvidia-fabricmanager-<branch> with its systemd unit), each holding only a marker file. apt, dpkg and
 the role resolve, pin, install, move and verify them exactly as they would NVIDIA's. The repository is signed with
-a throw-away key made here (gpg on the controller); its public half is written for the role's inline key.
+a throw-away key made here (gpg on the controller); its public half is written for the role's inline key and its
+fingerprint (key.fpr) for the role's pin.
 
   fake_cuda_mirror.py OUTDIR
 """
@@ -121,7 +122,12 @@ def main(outdir: str) -> int:
         subprocess.run([*gpg, "--yes", "--clearsign", "-o", str(out / "InRelease"), str(out / "Release")],
                        env=env, check=True)
         key = subprocess.run([*gpg, "--armor", "--export"], env=env, check=True, capture_output=True, text=True)
+        listing = subprocess.run([*gpg, "--list-keys", "--with-colons"], env=env, check=True, capture_output=True,
+                                 text=True)
     (out / "key.asc").write_text(key.stdout)
+    # The mirror's fingerprint as gpg reports it: the scenario pins it as a site pins its own mirror key.
+    (out / "key.fpr").write_text(next(line.split(":")[9] for line in listing.stdout.splitlines()
+                                      if line.startswith("fpr:")) + "\n")
     return 0
 
 

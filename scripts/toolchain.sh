@@ -11,6 +11,11 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 KA_CACHE=${KA_CACHE:-$HOME/.cache/kube-accel}
 BIN="$KA_CACHE/bin"
 export GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS="-trimpath -buildvcs=false"
+# Every module go install downloads is checked against the checksum database's transparency log (sum.golang.org,
+# fetched through GOPROXY), and nothing exempts a module from it whatever the caller's environment says: a proxy
+# serving other content than upstream published fails the build (scripts/upstream.sh does the same).
+export GOSUMDB=sum.golang.org GOPROXY=${GOPROXY:-https://proxy.golang.org,direct}
+export GONOSUMDB='' GOINSECURE='' GOPRIVATE='' GONOPROXY=''
 export GOMODCACHE="$KA_CACHE/go/mod" GOCACHE="$KA_CACHE/go/build"
 mkdir -p "$BIN"
 

@@ -4,10 +4,17 @@
 # own parsers, and small harnesses (tests/conformance/go/*) call upstream loaders that have no command.
 #
 # Archives come from $KA_UPSTREAM_SRC (default: ../shared/upstream beside the checkout; its README lists
-# tags, commits and licenses). Where that directory lacks an archive: in CI (CI=true) that is a failure
-# naming the file; elsewhere the pinned tag is cloned from the project's public repository, or the script
-# says exactly what is missing. Everything is cached by the archive's digest and the Go version: a second
-# call builds nothing.
+# tags, commits and licenses) and are unpacked only when their sha256 is the one pinned in
+# scripts/upstream.sha256. Where that directory lacks an archive: in CI (CI=true) that is a failure
+# naming the file; elsewhere the pinned tag is cloned from the project's public repository and used only when it
+# is the pinned commit, or the script says exactly what is missing. Everything is cached by the archive's digest
+# and the Go version: a second call builds nothing.
+#
+# Go modules: GOSUMDB is sum.golang.org and nothing exempts a module from it (GONOSUMDB, GOPRIVATE, GONOPROXY and
+# GOINSECURE emptied, whatever the caller's environment says). So every module the builds download is checked against
+# the go.sum of the module being built (an archive's own go.sum, or the go.sum go get writes for a proxy command)
+# and every hash not in a go.sum yet against the checksum database's transparency log, fetched through GOPROXY;
+# a proxy that serves other content than upstream published fails the build.
 #
 # Usage: scripts/upstream.sh [all|src|bin|harness|crds|path ARCHIVE]
 set -euo pipefail
@@ -18,19 +25,23 @@ KA_CACHE=${KA_CACHE:-$HOME/.cache/kube-accel}
 KA_UPSTREAM_SRC=${KA_UPSTREAM_SRC:-$REPO/../shared/upstream}
 UP="$KA_CACHE/upstream"
 export GOTOOLCHAIN=local GOFLAGS="-trimpath -buildvcs=false -mod=mod"
+export GOSUMDB=sum.golang.org GOPROXY=${GOPROXY:-https://proxy.golang.org,direct}
+export GONOSUMDB='' GOINSECURE='' GOPRIVATE='' GONOPROXY=''
+PINNED_SHA256="$HERE/upstream.sha256"
 export GOMODCACHE="$KA_CACHE/go/mod" GOCACHE="$KA_CACHE/go/build"
 # go-nvml binds libnvidia-ml through cgo (dlopen at run time): the NVIDIA binaries need cgo to build.
 export CGO_ENABLED=1
 
-# archive stem | public repository | tag or commit | binaries: package=output-name ...
+# archive stem | public repository | tag or commit | binaries: package=output-name ... | commit of the tag
+# (the archive's sha256 is in scripts/upstream.sha256; a clone must be at the commit)
 ARCHIVES=(
-  "k8s-device-plugin-v0.20.0|https://github.com/NVIDIA/k8s-device-plugin|v0.20.0|./cmd/nvidia-device-plugin=nvidia-device-plugin ./cmd/gpu-feature-discovery=gpu-feature-discovery ./cmd/mps-control-daemon=mps-control-daemon ./cmd/config-manager=config-manager"
-  "mig-parted-v0.15.0|https://github.com/NVIDIA/mig-parted|v0.15.0|./cmd/nvidia-mig-parted=nvidia-mig-parted"
-  "hami-v2.10.0|https://github.com/Project-HAMi/HAMi|v2.10.0|./cmd/scheduler=hami-scheduler"
-  "gpu-operator-v26.7.0|https://github.com/NVIDIA/gpu-operator|v26.7.0|./cmd/gpu-operator=gpu-operator"
-  "gpu-admission-47d56ae|https://github.com/tkestack/gpu-admission|47d56ae99ef7f24f2c9c4d33d17567e2e52f3ba2|.=gpu-admission"
-  "gpu-manager-v1.1.5|https://github.com/tkestack/gpu-manager|v1.1.5|"
-  "dcgm-exporter-4.5.3-4.8.2|https://github.com/NVIDIA/dcgm-exporter|4.5.3-4.8.2|"
+  "k8s-device-plugin-v0.20.0|https://github.com/NVIDIA/k8s-device-plugin|v0.20.0|./cmd/nvidia-device-plugin=nvidia-device-plugin ./cmd/gpu-feature-discovery=gpu-feature-discovery ./cmd/mps-control-daemon=mps-control-daemon ./cmd/config-manager=config-manager|1b826acc6af3079d8923bac395c3124b8861a9a6"
+  "mig-parted-v0.15.0|https://github.com/NVIDIA/mig-parted|v0.15.0|./cmd/nvidia-mig-parted=nvidia-mig-parted|e2d5ad1fc72b9d298ea6d04b885cf2d7dbe56941"
+  "hami-v2.10.0|https://github.com/Project-HAMi/HAMi|v2.10.0|./cmd/scheduler=hami-scheduler|4707fb02c91c545bc7343ce26dba4c32919f9a3e"
+  "gpu-operator-v26.7.0|https://github.com/NVIDIA/gpu-operator|v26.7.0|./cmd/gpu-operator=gpu-operator|10ee5b3638b89e11e949412aafa5ba99279c3721"
+  "gpu-admission-47d56ae|https://github.com/tkestack/gpu-admission|47d56ae99ef7f24f2c9c4d33d17567e2e52f3ba2|.=gpu-admission|47d56ae99ef7f24f2c9c4d33d17567e2e52f3ba2"
+  "gpu-manager-v1.1.5|https://github.com/tkestack/gpu-manager|v1.1.5||c1a60c1eb71b3fa56d1c289f55cd8c7b2aa64e62"
+  "dcgm-exporter-4.5.3-4.8.2|https://github.com/NVIDIA/dcgm-exporter|4.5.3-4.8.2||691c92762eb551313c825f6efe4ceeee20982801"
 )
 
 # Commands built straight from the Go module proxy (no archive): module/package@version=output-name[=build-tags].
@@ -45,6 +56,12 @@ PROMETHEUS_VERSION=$(awk '$1 == "require" && $2 == "github.com/prometheus/promet
 PROXY_BINS=(
   "github.com/containerd/containerd/v2/cmd/containerd@$CONTAINERD2_VERSION=containerd-${CONTAINERD2_VERSION#v}"
   "github.com/NVIDIA/nvidia-container-toolkit/cmd/nvidia-ctk@$NVIDIA_CTK_VERSION=nvidia-ctk-${NVIDIA_CTK_VERSION#v}"
+  # The container_toolkit Molecule scenario's CRI attack (issue 31): containerd 2.x's shim and ctr of the same release,
+  # NVIDIA's runtime, and crictl (the kubelet's side of the CRI).
+  "github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2@$CONTAINERD2_VERSION=containerd-shim-runc-v2-${CONTAINERD2_VERSION#v}"
+  "github.com/containerd/containerd/v2/cmd/ctr@$CONTAINERD2_VERSION=ctr-${CONTAINERD2_VERSION#v}"
+  "github.com/NVIDIA/nvidia-container-toolkit/cmd/nvidia-container-runtime@$NVIDIA_CTK_VERSION=nvidia-container-runtime-${NVIDIA_CTK_VERSION#v}"
+  "sigs.k8s.io/cri-tools/cmd/crictl@$CRICTL_VERSION=crictl-${CRICTL_VERSION#v}"
   "github.com/prometheus/prometheus/cmd/promtool@$PROMETHEUS_VERSION=promtool-${PROMETHEUS_VERSION#v}"
   # The lab's monitoring chain (scripts/lab_monitoring.py): Prometheus without the cloud service discoveries (its
   # README's remove_all_sd tag; static and file SD stay), prometheus-adapter serving custom.metrics.k8s.io.
@@ -59,14 +76,22 @@ die() { printf '[upstream] ERROR: %s\n' "$*" >&2; exit 1; }
 field() { local IFS='|'; read -r -a f <<<"$1"; printf '%s' "${f[$2]:-}"; }
 entry() { local e; for e in "${ARCHIVES[@]}"; do [ "$(field "$e" 0)" = "$1" ] && { printf '%s' "$e"; return; }; done; die "unknown archive $1"; }
 
-# The source tree of one archive, unpacked once per archive digest.
+# The sha256 scripts/upstream.sha256 pins for an archive file name (empty when none is pinned).
+pinned_sha256() { awk -v f="$1" '$1 !~ /^#/ && $2 == f {print $1}' "$PINNED_SHA256"; }
+
+# The source tree of one archive, unpacked once per archive digest, and only when that digest is the pinned one.
 unpack() {
-  local stem=$1 e url ref archive dest key
-  e=$(entry "$stem"); url=$(field "$e" 1); ref=$(field "$e" 2)
+  local stem=$1 e url ref commit archive dest key want got
+  e=$(entry "$stem"); url=$(field "$e" 1); ref=$(field "$e" 2); commit=$(field "$e" 4)
   archive="$KA_UPSTREAM_SRC/$stem.tar.gz"
   dest="$UP/src/$stem"
   if [ -f "$archive" ]; then
-    key=$(sha256sum "$archive" | cut -c1-16)
+    want=$(pinned_sha256 "$stem.tar.gz")
+    [ -n "$want" ] || die "$stem.tar.gz has no sha256 in $PINNED_SHA256: pin it before it is built and tested against"
+    got=$(sha256sum "$archive" | cut -d' ' -f1)
+    [ "$got" = "$want" ] \
+      || die "$archive has sha256 $got, but $PINNED_SHA256 pins $want: the archive was replaced or damaged; nothing was unpacked"
+    key=${got:0:16}
     [ -f "$dest/.ka-stamp" ] && [ "$(cat "$dest/.ka-stamp")" = "$key" ] && return 0
     log "unpacking $stem"
     rm -rf "$dest" && mkdir -p "$dest"
@@ -84,6 +109,12 @@ unpack() {
   if ! { git -C "$dest" init -q && git -C "$dest" fetch -q --depth 1 "$url" "$ref" && git -C "$dest" checkout -q FETCH_HEAD; }; then
     rm -rf "$dest"
     die "no $stem: put $stem.tar.gz (git archive of $url at $ref) in $KA_UPSTREAM_SRC, or allow git to reach $url"
+  fi
+  # A tag can be moved: the clone is used only at the commit the archive was made from.
+  got=$(git -C "$dest" rev-parse HEAD)
+  if [ "$got" != "$commit" ]; then
+    rm -rf "$dest"
+    die "$url $ref is commit $got, not the pinned $commit: nothing was unpacked"
   fi
   printf '%s' "$key" >"$dest/.ka-stamp"
 }
@@ -214,6 +245,8 @@ case "${1:-all}" in
   harness) build_harnesses ;;
   crds) fetch_crds ;;
   path) unpack "$2" >/dev/null; printf '%s\n' "$UP/src/$2" ;;
+  # The module settings every build here runs with (tests/unit/test_upstream_pins.py reads them back).
+  goenv) go env GOSUMDB GOPROXY GONOSUMDB GOPRIVATE GONOPROXY GOINSECURE GOFLAGS; exit 0 ;;
   all)
     for e in "${ARCHIVES[@]}"; do unpack "$(field "$e" 0)"; done
     build_bins
@@ -221,6 +254,6 @@ case "${1:-all}" in
     build_harnesses
     fetch_crds
     ;;
-  *) echo "usage: $0 [all|src|bin|proxy [NAME...]|harness|crds|path ARCHIVE]" >&2; exit 2 ;;
+  *) echo "usage: $0 [all|src|bin|proxy [NAME...]|harness|crds|path ARCHIVE|goenv]" >&2; exit 2 ;;
 esac
 log "ready in $UP"

@@ -8,6 +8,11 @@ matrix (tests/charts/values/<chart>/), always with upstream registries (global.i
 the GPU Operator images the generated operator values enable. HAMi's kube-scheduler image follows the cluster
 version: pass the exact one (--kube-version 1.36.2) so the mirrored tag matches.
 
+An image the charts pull by digest is printed as registry/repository:tag@sha256:...: mirror that digest (all its
+platforms, e.g. skopeo copy --all, so the digest stays the same) under that tag. Images without a digest are
+printed as registry/repository:tag; pin them through the inventory's accel_image_digests ("repository:tag" ->
+the digest your mirror holds) and the charts pull them by digest too.
+
     scripts/images.py [--kube-version 1.36.0] [--helm PATH] [--no-operator] [--json]
 """
 
@@ -45,6 +50,30 @@ def find_helm(explicit: str | None) -> str:
     sys.exit("images.py: helm not found; run scripts/toolchain.sh or pass --helm")
 
 
+def chart_tags(chart: str) -> dict[str, str]:
+    """repository -> tag of every image in a chart's values.yaml (a digest reference drops the tag; put it back)."""
+    tags: dict[str, str] = {}
+
+    def walk(node):
+        if isinstance(node, dict):
+            if isinstance(node.get("repository"), str) and node.get("tag"):
+                tags[node["repository"]] = str(node["tag"])
+            for value in node.values():
+                walk(value)
+
+    walk(yaml.safe_load((REPO / "charts" / chart / "values.yaml").read_text()))
+    return tags
+
+
+def with_tag(image: str, tags: dict[str, str]) -> str:
+    """registry/repository@digest -> registry/repository:tag@digest, the tag a mirror stores the digest under."""
+    if "@" not in image:
+        return image
+    ref, digest = image.split("@", 1)
+    repo = next((r for r in sorted(tags, key=len, reverse=True) if ref == r or ref.endswith("/" + r)), None)
+    return f"{ref}:{tags[repo]}@{digest}" if repo else image
+
+
 def images_in(manifest: str) -> set[str]:
     found = set()
     for doc in yaml.safe_load_all(manifest):
@@ -70,7 +99,7 @@ def chart_images(helm: str, kube_version: str) -> set[str]:
             proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
             if proc.returncode != 0:
                 sys.exit(f"images.py: {' '.join(cmd)} failed:\n{proc.stderr}")
-            images |= images_in(proc.stdout)
+            images |= {with_tag(i, chart_tags(chart)) for i in images_in(proc.stdout)}
     return images
 
 

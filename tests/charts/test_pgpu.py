@@ -4,9 +4,24 @@ from __future__ import annotations
 
 import yaml
 from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_constants
-from chartlib import VALUES_DIR, container, env, host_paths, mounts, one, pod_spec, render, rules, selected_pools
+from chartlib import (
+    VALUES_DIR,
+    container,
+    env,
+    helm_template,
+    host_paths,
+    mounts,
+    one,
+    pod_spec,
+    render,
+    rules,
+    selected_pools,
+)
 
 POOL = accel_constants.LABELS["pool"]
+# The digests upstream publishes for the pinned tags (GPU Operator v26.7.0 OLM bundle; charts/pgpu/values.yaml).
+DEVICE_PLUGIN_DIGEST = "sha256:a61ba9fd8efb82f3a79f877f7580e02c1e8e7593f62473644bc9c79e315c3312"
+SANDBOX_DIGEST = "sha256:367c597799aa6925f5bd2bc4bcdc45c26f018d13cdc2ce9aaf1ca07c492c6d9e"
 
 
 def test_default_release(helm):
@@ -103,7 +118,7 @@ def test_full_options(helm):
     plugin = container(ds, "nvidia-device-plugin")
     assert plugin["securityContext"] == {"privileged": True}
     assert env(plugin)["PASS_DEVICE_SPECS"] == "true"
-    assert plugin["image"] == "registry.dc1.example.net/mirror/nvidia/k8s-device-plugin:v0.20.0"
+    assert plugin["image"] == f"registry.dc1.example.net/mirror/nvidia/k8s-device-plugin@{DEVICE_PLUGIN_DIGEST}"
     assert pod_spec(ds)["priorityClassName"] == "system-cluster-critical"
     gfd = one(objs, "DaemonSet", "-gpu-feature-discovery")
     assert env(container(gfd, "gpu-feature-discovery"))["GFD_SLEEP_INTERVAL"] == "120s"
@@ -112,7 +127,7 @@ def test_full_options(helm):
     assert selected_pools(pod_spec(sandbox), POOL) == {"vm-passthrough"}
     assert selected_pools(pod_spec(ds), POOL) == {"train-pgpu", "mig"}
     assert container(sandbox, "sandbox-device-plugin")["image"] == (
-        "registry.dc1.example.net/mirror/nvidia/kubevirt-gpu-device-plugin:v1.6.0"
+        f"registry.dc1.example.net/mirror/nvidia/kubevirt-gpu-device-plugin@{SANDBOX_DIGEST}"
     )
     assert host_paths(pod_spec(sandbox))["vfio"] == "/dev/vfio"
 
@@ -132,6 +147,31 @@ def test_digest_wins_over_tag(helm, tmp_path):
                       f"tag: v0.20.0, digest: '{digest}'}}\n")
     ds = one(render("pgpu", [values], helm=helm), "DaemonSet", "kube-accel-pgpu-device-plugin")
     assert container(ds, "nvidia-device-plugin")["image"] == f"mirror.example/nvidia/k8s-device-plugin@{digest}"
+
+
+def test_site_digests_win_and_empty_pulls_by_tag(helm, tmp_path):
+    """global.imageDigests (the inventory's accel_image_digests) pins an image by "repository:tag": a site whose
+    mirror holds another digest of the same tag pins that one; "" pulls by tag; an entry for another tag is ignored."""
+    site = "sha256:" + "ab" * 32
+    values = tmp_path / "v.yaml"
+    values.write_text(yaml.safe_dump({"global": {"imageDigests": {
+        "nvidia/k8s-device-plugin:v0.20.0": site, "nvidia/kubevirt-gpu-device-plugin:v1.6.0": "",
+        "nvidia/cuda:0.0-other": "sha256:" + "cd" * 32}},
+        "passthrough": {"enabled": True, "pools": ["vm"]}}))
+    objs = render("pgpu", [values], helm=helm)
+    plugin = container(one(objs, "DaemonSet", "kube-accel-pgpu-device-plugin"), "nvidia-device-plugin")
+    assert plugin["image"] == f"nvcr.io/nvidia/k8s-device-plugin@{site}"
+    sandbox = container(one(objs, "DaemonSet", "-sandbox-device-plugin"), "sandbox-device-plugin")
+    assert sandbox["image"] == "nvcr.io/nvidia/kubevirt-gpu-device-plugin:v1.6.0"
+    assert "nvcr.io/nvidia/cuda:12.4.1-base-ubuntu22.04" in [c["image"] for o in objs if pod_spec(o)
+                                                              for c in pod_spec(o)["containers"]]
+
+
+def test_a_site_digest_must_be_a_sha256_digest(helm, tmp_path):
+    values = tmp_path / "v.yaml"
+    values.write_text(yaml.safe_dump({"global": {"imageDigests": {"nvidia/k8s-device-plugin:v0.20.0": "latest"}}}))
+    proc = helm_template("pgpu", [values], helm=helm)
+    assert proc.returncode != 0 and "imageDigests" in proc.stderr
 
 
 def test_passthrough_only_release(helm, tmp_path):

@@ -106,7 +106,6 @@ PRIVILEGED = {
     ("mps", "mps-control-daemon", "mps-control-daemon-mounts"),
     ("mps", "mps-control-daemon", "mps-control-daemon-ctr"),
     ("vgpu", "device-plugin", "device-plugin"),
-    ("vgpu", "device-plugin", "vgpu-monitor"),
     ("vgpu", "gpu-manager", "gpu-manager"),
 }
 HOST_PID = {("mps", "mps-control-daemon"), ("vgpu", "device-plugin"), ("vgpu", "gpu-manager")}

@@ -46,16 +46,46 @@ app.kubernetes.io/managed-by: {{ .root.Release.Service }}
 {{/*
 Image reference from {registry, repository, tag, digest}; global.imageRegistry replaces every registry
 so an air-gapped site pulls everything from one mirror. Call with (dict "root" $ "image" .Values.image).
+The digest pins the image: global.imageDigests["repository:tag"] (the site's, from the inventory's
+accel_image_digests; "" pulls by tag) wins over the image's own digest; no digest pulls by tag.
 */}}
 {{- define "ka.image" -}}
 {{- $registry := default .image.registry .root.Values.global.imageRegistry -}}
 {{- $ref := .image.repository -}}
 {{- if $registry -}}{{- $ref = printf "%s/%s" $registry .image.repository -}}{{- end -}}
-{{- if .image.digest -}}
-{{- printf "%s@%s" $ref .image.digest -}}
+{{- $digest := include "ka.imageDigest" . -}}
+{{- if $digest -}}
+{{- printf "%s@%s" $ref $digest -}}
 {{- else -}}
 {{- printf "%s:%s" $ref (toString .image.tag) -}}
 {{- end -}}
+{{- end -}}
+
+{{/* The digest ka.image pulls an image by ("": by tag). Same arguments as ka.image. */}}
+{{- define "ka.imageDigest" -}}
+{{- $digest := .image.digest -}}
+{{- $site := .root.Values.global.imageDigests | default dict -}}
+{{- $key := printf "%s:%s" .image.repository (toString .image.tag) -}}
+{{- if hasKey $site $key -}}{{- $digest = index $site $key -}}{{- end -}}
+{{- $digest -}}
+{{- end -}}
+
+{{/*
+checkov skips CKV_K8S_43 (images by digest) and CKV_K8S_15 (pull policy Always) for a pod with an image pulled by
+tag, and nothing when every image is pulled by digest: both checks pass then, and a skip would claim a failure that
+is not there (tests/charts/test_lint_and_checkov.py). Call with (dict "root" $ "images" (list image ...)).
+*/}}
+{{- define "ka.digestSkips" -}}
+{{- $tags := list -}}
+{{- range .images -}}
+{{- if not (include "ka.imageDigest" (dict "root" $.root "image" .)) -}}
+{{- $tags = append $tags (printf "%s:%s" .repository (toString .tag)) -}}
+{{- end -}}
+{{- end -}}
+{{- if $tags }}
+checkov.io/skip-digest: CKV_K8S_43=pulled by tag ({{ join ", " $tags }}) - no digest is set for it; values.yaml says whether upstream publishes one; pin it with the image's digest or global.imageDigests (accel_image_digests)
+checkov.io/skip-pull-policy: CKV_K8S_15=IfNotPresent so an air-gapped mirror is not asked at every start; only a digest pin (see CKV_K8S_43) makes the node's copy the pinned image
+{{- end }}
 {{- end -}}
 
 {{- define "ka.imagePullSecrets" -}}

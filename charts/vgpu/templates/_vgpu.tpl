@@ -35,12 +35,17 @@
 
 {{/* kube-scheduler image: the tag follows the cluster version unless set (v1.36.1+k3s1 -> v1.36.1). */}}
 {{- define "vgpu.kubeSchedulerImage" -}}
+{{- include "ka.image" (dict "root" . "image" (fromYaml (include "vgpu.kubeSchedulerImageSpec" .))) -}}
+{{- end -}}
+
+{{/* kubeScheduler.image with its tag resolved (YAML), for ka.image and ka.digestSkips. */}}
+{{- define "vgpu.kubeSchedulerImageSpec" -}}
 {{- $img := deepCopy .Values.kubeScheduler.image -}}
 {{- if not $img.tag -}}
 {{- $_ := set $img "tag" (regexFind "^v?[0-9]+\\.[0-9]+\\.[0-9]+" .Capabilities.KubeVersion.Version) -}}
 {{- if not (hasPrefix "v" $img.tag) }}{{ $_ := set $img "tag" (printf "v%s" $img.tag) }}{{ end -}}
 {{- end -}}
-{{- include "ka.image" (dict "root" . "image" $img) -}}
+{{- toYaml $img -}}
 {{- end -}}
 
 {{/*

@@ -28,7 +28,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_constants, accel_pools
+from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_chart_values, accel_constants, accel_pools
 from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_verify import (
     LAB_CAPACITY_ANNOTATION,
     LAB_CAPACITY_FROM_INVENTORY,
@@ -374,8 +374,8 @@ def truthy(value) -> bool:
 def start_hami(site: Site, hosts: dict[str, dict], first: dict) -> None:
     import lab_upstream  # noqa: PLC0415
 
-    cluster = {"image_registry": first.get("accel_image_registry") or "",
-               "image_pull_secrets": first.get("accel_image_pull_secrets") or [], "runtime_class": "nvidia"}
+    # The cluster settings the play's pool_charts role passes (accel_control_plane_cidrs included).
+    cluster = accel_chart_values.cluster_settings(first)
     release = lab_upstream.hami_release(hosts, cluster)
     if release is None:
         return
@@ -401,8 +401,7 @@ def recorded_gpus(name: str, hostvars: dict) -> list[dict]:
 def start_gpu_admission(site: Site, hosts: dict[str, dict], first: dict) -> None:
     import lab_upstream  # noqa: PLC0415
 
-    cluster = {"image_registry": first.get("accel_image_registry") or "",
-               "image_pull_secrets": first.get("accel_image_pull_secrets") or [], "runtime_class": "nvidia"}
+    cluster = accel_chart_values.cluster_settings(first)
     release = lab_upstream.gpu_manager_release(hosts, cluster)
     if release is None:
         return

@@ -67,6 +67,16 @@ def accel_managed_label_keys(_unused=None):
     return sorted(accel_pools.managed_label_keys())
 
 
+def accel_cluster_settings(variables, runtime_class=""):
+    """{accel_* name: value} -> the cluster settings the releases read (accel_chart_values.cluster_settings)."""
+    return accel_chart_values.cluster_settings(dict(variables or {}), runtime_class)
+
+
+def accel_cluster_problems(pools, cluster):
+    """Why these pools cannot be installed with these cluster settings (accel_chart_values.cluster_problems)."""
+    return accel_chart_values.cluster_problems(pools, cluster)
+
+
 def accel_pool_releases(pools, cluster, prefix=accel_chart_values.RELEASE_PREFIX, chart_dir=""):
     """Pools grouped into releases with their chart values (accel_chart_values.pool_releases)."""
     return accel_chart_values.pool_releases(pools, cluster, prefix, chart_dir)
@@ -84,6 +94,8 @@ class FilterModule:
             "accel_os_release": accel_os_release,
             "accel_desired_nodes": accel_desired_nodes,
             "accel_managed_label_keys": accel_managed_label_keys,
+            "accel_cluster_settings": accel_cluster_settings,
+            "accel_cluster_problems": accel_cluster_problems,
             "accel_pool_releases": accel_pool_releases,
             "accel_verify_pools": accel_verify_pools,
         }

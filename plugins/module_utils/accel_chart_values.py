@@ -8,6 +8,7 @@ serves them.
 
 from __future__ import annotations
 
+import copy
 import os
 from typing import Any
 
@@ -21,6 +22,57 @@ from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_pools import 
 )
 
 RELEASE_PREFIX = "kube-accel"
+
+# The cluster-wide inventory settings the chart values read: key of ``cluster`` -> (inventory variable, its default).
+# The cluster play (pool_charts, through the accel_cluster_settings filter), the lab and the chart tests all build
+# ``cluster`` with ``cluster_settings``, so what is rendered in a test is what the play passes.
+CLUSTER_SETTINGS: dict[str, tuple[str, Any]] = {
+    "image_registry": ("accel_image_registry", ""),
+    "image_pull_secrets": ("accel_image_pull_secrets", []),
+    # "repository:tag" -> "sha256:...": the charts pull those images by digest (global.imageDigests).
+    "image_digests": ("accel_image_digests", {}),
+    # The only pod-network sources of HAMi's webhook/extender port and gpu-admission's extender port.
+    "control_plane_cidrs": ("accel_control_plane_cidrs", []),
+    # Who may scrape the vGPU agents' metrics ports (gpu-manager's also serves /debug/pprof/); none by default.
+    "metrics_cidrs": ("accel_metrics_cidrs", []),
+    "metrics_namespaces": ("accel_metrics_namespaces", []),
+}
+
+
+def cluster_settings(variables: dict[str, Any], runtime_class: str = RUNTIME_CLASS) -> dict[str, Any]:
+    """``cluster`` for ``pool_releases`` from inventory variables (a host's vars, or group_vars/all); a variable
+    that is unset, None or "" takes its default."""
+    out: dict[str, Any] = {}
+    for key, (name, default) in CLUSTER_SETTINGS.items():
+        value = variables.get(name)
+        out[key] = copy.deepcopy(default) if value is None or value == "" else value
+    out["runtime_class"] = runtime_class or RUNTIME_CLASS
+    return out
+
+
+def cluster_problems(pools: list[dict[str, Any]], cluster: dict[str, Any]) -> list[str]:
+    """Why these pools cannot be installed with these cluster settings (one sentence each; [] = fine).
+
+    A HAMi pool without control-plane CIDRs would get a NetworkPolicy that shuts the API server out of the webhook:
+    admission would stop silently (failurePolicy Ignore: pods skip HAMi) or refuse every GPU pod. Refused instead.
+    """
+    hami = sorted(p["pool"] for p in pools if release_key(p["settings"]) == "vgpu-hami")
+    if hami and not cluster.get("control_plane_cidrs"):
+        return [f"accel_control_plane_cidrs = []: pool(s) {', '.join(hami)} use vGPU backend hami, whose webhook and "
+                "extender port admit only these addresses where NetworkPolicies are enforced; empty shuts the API "
+                "server out, and pods would skip HAMi's admission or be refused. Set the API servers' addresses "
+                "(CIDRs, e.g. [10.0.0.11/32]); [0.0.0.0/0, ::/0] admits any source."]
+    return []
+
+
+def metrics_peers(cluster: dict[str, Any]) -> list[dict[str, Any]]:
+    """NetworkPolicy peers allowed to scrape metrics ports: the CIDRs, then the namespaces (by their name label)."""
+    peers: list[dict[str, Any]] = [{"ipBlock": {"cidr": c}} for c in cluster.get("metrics_cidrs") or []]
+    namespaces = list(cluster.get("metrics_namespaces") or [])
+    if namespaces:
+        peers.append({"namespaceSelector": {"matchExpressions": [
+            {"key": "kubernetes.io/metadata.name", "operator": "In", "values": namespaces}]}})
+    return peers
 
 
 def chart_for(key: str) -> str:
@@ -59,7 +111,7 @@ def release_values(key: str, pools: list[dict[str, Any]], cluster: dict[str, Any
                    gpu_memory_mib: dict[str, int] | None = None) -> dict[str, Any]:
     """Values of one release (see ``release_key``) serving ``pools``.
 
-    ``cluster``: cluster-wide settings without the ``accel_`` prefix (image_registry, image_pull_secrets).
+    ``cluster``: cluster-wide settings without the ``accel_`` prefix (``cluster_settings``).
     ``gpu_memory_mib``: pool -> GPU memory, from the facts, for the MPS pinned-memory notes.
     """
     names = [p["pool"] for p in pools]
@@ -71,6 +123,8 @@ def release_values(key: str, pools: list[dict[str, Any]], cluster: dict[str, Any
         "poolLabelKey": LABELS["pool"],
         "pools": names,
     }
+    if cluster.get("image_digests"):
+        values["global"]["imageDigests"] = dict(cluster["image_digests"])
     if any(setting_on(p["settings"], "accel_node_taint") for p in pools):
         values["tolerations"] = [
             {"key": "CriticalAddonsOnly", "operator": "Exists"},
@@ -119,6 +173,7 @@ def release_values(key: str, pools: list[dict[str, Any]], cluster: dict[str, Any
         values["backend"] = backend
         # The API server (webhook) and a cluster scheduler (extender) are the only peers of those ports.
         values["controlPlaneFrom"] = [{"ipBlock": {"cidr": c}} for c in cluster.get("control_plane_cidrs") or []]
+        values["metricsFrom"] = metrics_peers(cluster)
         if backend == "hami":
             first = pools[0]["settings"]
             values["hami"] = {

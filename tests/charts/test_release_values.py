@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import yaml
 from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_chart_values, accel_constants, accel_pools
-from chartlib import REPO, one, pod_spec, render, selected_pools
+from chartlib import REPO, one, play_cluster, pod_spec, render, selected_pools
 
 
 def inventory_hosts(name: str) -> dict[str, dict]:
@@ -24,10 +24,11 @@ def inventory_hosts(name: str) -> dict[str, dict]:
 
 
 def releases(name: str, cluster: dict | None = None):
-    """[(release, its pools)] the cluster play builds for an inventory."""
+    """[(release, its pools)] the cluster play builds for an inventory, with the cluster settings it passes (the
+    inventory's own unless ``cluster`` is given)."""
     pools = accel_pools.collect_pools(inventory_hosts(name))
     by_name = {p["pool"]: p for p in pools}
-    cluster = cluster if cluster is not None else {"image_registry": "mirror.example", "image_pull_secrets": []}
+    cluster = cluster if cluster is not None else play_cluster(name)
     return [(r, [by_name[n] for n in r["pools"]]) for r in accel_chart_values.pool_releases(pools, cluster)]
 
 

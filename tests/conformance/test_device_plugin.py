@@ -15,7 +15,6 @@ import json
 import re
 from pathlib import Path
 
-import jinja2
 import lab_upstream
 import pytest
 import upstream
@@ -28,7 +27,7 @@ from ansible_collections.kube_accel.gpu.plugins.module_utils import (
     accel_mig,
     accel_pools,
 )
-from chartlib import REPO, containers, one, pod_spec, render, rules, values_files
+from chartlib import REPO, containers, one, play_cluster, pod_spec, render, rules, values_files
 
 NODE = "conformance-node"
 NVML_ABSENT = "ERROR_LIBRARY_NOT_FOUND"
@@ -121,19 +120,8 @@ def _inventory_hosts(name: str) -> dict[str, dict]:
 
 
 def _play_cluster(name: str) -> dict:
-    """pool_charts_cluster as the role's defaults template it from the inventory's group_vars/all.yml."""
-    defaults = yaml.safe_load((REPO / "roles" / "pool_charts" / "defaults" / "main.yml").read_text())
-    variables = yaml.safe_load((REPO / "inventories" / name / "group_vars" / "all.yml").read_text())
-    variables |= {k: v for k, v in defaults.items() if not isinstance(v, str) or "{{" not in v}
-    env = jinja2.Environment(undefined=jinja2.StrictUndefined)
-
-    def expand(value):
-        if isinstance(value, str):
-            return yaml.safe_load(env.from_string(value).render(variables)) if "{{" in value else value
-        if isinstance(value, dict):
-            return {k: expand(v) for k, v in value.items()}
-        return value
-    return expand(defaults["pool_charts_cluster"])
+    """pool_charts_cluster as the role computes it from the inventory (chartlib.play_cluster)."""
+    return play_cluster(name)
 
 
 def _cases():

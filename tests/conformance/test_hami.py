@@ -317,19 +317,20 @@ def _ingress(objs: list[dict], name: str) -> dict[int, list | None]:
 @pytest.mark.parametrize(("name", "release", "values"), HAMI_CASES)
 def test_network_policy(tmp_path, name, release, values):
     """Issue 20 (3): HAMi serves /webhook, /filter and /bind on one port without client certificates
-    (cmd/scheduler/main.go:146-148): only controlPlaneFrom may reach it; metrics follow metricsFrom."""
+    (cmd/scheduler/main.go:146-148): only controlPlaneFrom may reach it; metrics follow metricsFrom, and no
+    metricsFrom means no scraper at all (issue 31: the metrics ports were open to every pod)."""
     assert 'router.POST("/bind", routes.Bind(sher))' in _line(upstream.HAMI, "cmd/scheduler/main.go", 147)
     objs = render_case(tmp_path, release, values)
     control_plane = values.get("controlPlaneFrom") or []
-    metrics = values.get("metricsFrom") or None
+    metrics = values.get("metricsFrom") or []
     sched = _ingress(objs, f"{release}-scheduler")
     assert set(sched) <= {8443, 9395}
     if control_plane:
         assert sched[8443] == control_plane
     else:
         assert 8443 not in sched  # no pod-network source at all
-    assert sched[9395] == metrics
-    assert _ingress(objs, f"{release}-device-plugin") == {9394: metrics}
+    assert sched.get(9395) == (metrics or None) and None not in sched.values()
+    assert _ingress(objs, f"{release}-device-plugin") == ({9394: metrics} if metrics else {})
 
 
 @pytest.mark.parametrize(("name", "release", "values"), HAMI_CASES)

@@ -11,15 +11,14 @@ import yaml
 from chartlib import VALUES_DIR, release_name, render
 from test_release_values import releases
 
-CLUSTER = {"image_registry": "", "image_pull_secrets": []}
-
 
 def _cases() -> list[tuple[str, str, dict]]:
     out = []
     for path in sorted((VALUES_DIR / "vgpu").glob("*.yaml")):
         out.append((f"values-{path.stem}", release_name("vgpu", path), yaml.safe_load(path.read_text()) or {}))
     for inventory in ("example", "lab"):
-        for release, _pools in releases(inventory, CLUSTER):
+        # The values the cluster play passes for the inventory, its cluster settings included (control-plane CIDRs).
+        for release, _pools in releases(inventory):
             if release["chart"] == "vgpu":
                 out.append((f"{inventory}-{release['key']}", release["name"], release["values"]))
     return out

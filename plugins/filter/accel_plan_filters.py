@@ -17,18 +17,14 @@ def _plain(value):
     return value
 
 
-def accel_plan_problems(settings, host, facts=None, inventory_export=None, spec_errors=None):
-    """``settings | accel_plan_problems(inventory_hostname, nvidia_gpus, export, spec_errors)`` -> list."""
-    export = _plain(inventory_export) if inventory_export else None
-    pools = accel_plan.pool_memberships(export, str(host)) if export else None
-    groups = accel_plan.pool_groups(export) if export else None
-    problems = accel_plan.host_problems(str(host), _plain(settings), _plain(facts or {}), pools, groups)
-    return accel_plan.merge_spec_errors(str(host), problems, _plain(spec_errors or []))
-
-
-def accel_pool_memberships(inventory_export, host):
-    """Pool groups (children of gpu_pools) holding the host, from ``ansible-inventory --list --export``."""
-    return accel_plan.pool_memberships(_plain(inventory_export), str(host))
+def accel_plan_problems(plan, host, facts=None):
+    """``preflight_plan.hosts[inventory_hostname] | accel_plan_problems(inventory_hostname, nvidia_gpus)`` -> list:
+    the host's entry of the ``accel_plan`` action's report (its problems, the settings that passed, the names that
+    failed, their origins) with the plan rules run on those settings and the host's facts."""
+    plan = _plain(plan or {})
+    found = accel_plan.host_problems(str(host), plan.get("settings") or {}, _plain(facts or {}),
+                                     invalid=plan.get("invalid") or (), origins=plan.get("origins") or {})
+    return list(plan.get("problems") or []) + [p for p in found if p not in (plan.get("problems") or [])]
 
 
 def accel_vcuda_core_problems(value, where="tencent.com/vcuda-core"):
@@ -85,7 +81,6 @@ class FilterModule:
     def filters(self):
         return {
             "accel_plan_problems": accel_plan_problems,
-            "accel_pool_memberships": accel_pool_memberships,
             "accel_vcuda_core_problems": accel_vcuda_core_problems,
             "accel_mig_geometry_problems": accel_mig_geometry_problems,
             "accel_mig_placement": accel_mig_placement,

@@ -15,6 +15,12 @@ GPU_OPERATOR_VERSION = "v26.7.0"
 # tests/charts/test_chart_constants.py), checked by the preflight before any host changes.
 MIN_KUBERNETES = (1, 25)
 
+# Kubernetes object names kube-accel derives from a pool name (``{pool}``): the preflight refuses a pool name that
+# would make any of them invalid (accel_values "pool_name"), so none is truncated or refused by the API server.
+POOL_DERIVED_NAMES = {
+    "verify Job": "kube-accel-verify-{pool}",
+}
+
 # Product labels, by short name.
 LABELS = {
     "pool": f"{LABEL_PREFIX}/pool",

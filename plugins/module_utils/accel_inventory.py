@@ -6,10 +6,16 @@
 a "did you mean"), the preflight role's ``meta/argument_specs.yml`` is checked against ``argument_spec()`` by the
 unit tests, and the README's variable table can be rendered from ``VARIABLES``.
 
-Each entry: ``scope`` (``cluster``: group_vars/all; ``pool``: a pool group under ``gpu_pools``; ``lab``: the local
-lab only), ``type`` (Ansible argument-spec type), optional ``choices`` / ``elements``, ``description`` and
-``default``. A variable's default and limits are defined here only: the pool model (``accel_pools.pool_settings``)
-and the preflight read them from here, the README and the argument specs are rendered from here, and the roles'
+Each entry: ``scope`` (``cluster``: group_vars/all, read by the cluster play on ``kube_control_plane[0]`` and the
+same on every host; ``pool``: a pool group under ``gpu_pools``, the same on every host of the pool unless
+``per_host``; ``lab``: lab and test hosts only), ``type`` (``str``, ``int``, ``float``, ``bool``, ``list``, ``dict``,
+``path`` or ``raw``, enforced on the value as written: ``accel_values``), optional ``choices`` / ``elements`` /
+``minimum`` / ``maximum`` / ``exclusive_minimum``, ``grammar`` (the exact grammar of the file, command line, URL or
+Kubernetes name the value reaches: ``accel_values.GRAMMARS``), ``applies`` (the pool settings under which the
+variable is used: set anywhere else it is refused as ignored), ``description`` and ``default``.
+
+A variable's default and limits are defined here only: the pool model (``accel_pools.pool_settings``) and the
+preflight read them from here, the README and the argument specs are rendered from here, and the roles'
 ``| default(...)`` fallbacks are checked against them (tests/unit/test_inventory_defaults.py). A variable without a
 default is required where it applies (the preflight says when) or optional with no value.
 """
@@ -34,6 +40,15 @@ MPS_MAX_REPLICAS = 48
 # without isolation, so kube-accel stops at 64, beyond which a pod's turn and memory share stop being useful.
 TIMESLICE_MIN_REPLICAS = 2
 TIMESLICE_MAX_REPLICAS = 64
+# HAMi's limits as the vgpu chart's values.schema.json enforces them (hami.deviceSplitCount, deviceMemoryScaling,
+# deviceCoreScaling; tests/unit/test_inventory_model.py keeps the two equal): a value the preflight passes never
+# fails in Helm after the hosts changed.
+HAMI_MAX_SPLIT_COUNT = 100
+HAMI_MAX_SCALING = 10
+# Where a pool setting is used (``applies``): set for a pool of another mode or backend it would be ignored.
+PGPU = {"accel_mode": ("pgpu",)}
+TIMESLICE = {"accel_mode": ("timeslice",)}
+HAMI = {"accel_mode": ("vgpu",), "accel_vgpu_backend": ("hami",)}
 
 
 def _var(scope, type_, description, **extra):
@@ -44,37 +59,46 @@ def _var(scope, type_, description, **extra):
 
 VARIABLES: dict[str, dict] = {
     # Cluster-wide (group_vars/all).
-    "accel_kubeconfig": _var("cluster", "path", "Kubeconfig used to reach the cluster's API server."),
-    "accel_kube_context": _var("cluster", "str", "Kubeconfig context; empty uses the current context."),
+    "accel_kubeconfig": _var("cluster", "path", "Kubeconfig used to reach the cluster's API server.",
+                              grammar="path"),
+    "accel_kube_context": _var("cluster", "str", "Kubeconfig context; empty uses the current context.",
+                                grammar="line"),
     "accel_kubernetes_version": _var("cluster", "str",
                                      "Kubernetes minor version of the cluster (e.g. \"1.36\"); pGPU NUMA "
-                                     "alignment needs 1.30 or newer (kubelet --config-dir)."),
-    "accel_namespace": _var("cluster", "str", "Namespace for kube-accel's charts.", default="kube-accel"),
+                                     "alignment needs 1.30 or newer (kubelet --config-dir).",
+                                     grammar="kubernetes_version"),
+    "accel_namespace": _var("cluster", "str", "Namespace for kube-accel's charts.", default="kube-accel",
+                            grammar="namespace"),
     "accel_run_lock_wait": _var("cluster", "int", "Seconds a run waits for another run's lock (Lease "
-                                "kube-accel-run in accel_namespace) before failing; 0 fails at once.", default=0),
-    "accel_image_registry": _var("cluster", "str", "Registry mirror prefix for every image; empty = upstream."),
+                                "kube-accel-run in accel_namespace) before failing; 0 fails at once.", default=0,
+                                minimum=0),
+    "accel_image_registry": _var("cluster", "str", "Registry mirror prefix for every image; empty = upstream.",
+                                 grammar="registry_prefix"),
     "accel_image_pull_secrets": _var("cluster", "list", "Image pull secret names for the charts.",
-                                     elements="str"),
+                                     elements="str", grammar="secret_name"),
     "accel_control_plane_cidrs": _var("cluster", "list", "Addresses (CIDRs) of the API servers and any cluster "
                                       "kube-scheduler that calls an extender: the only pod-network sources the HAMi "
                                       "webhook/extender and gpu-admission ports accept where NetworkPolicies are "
-                                      "enforced.", elements="str"),
+                                      "enforced.", elements="str", grammar="cidr"),
     "accel_reboot_policy": _var("cluster", "str", "\"auto\" cordons, drains, reboots and uncordons in batches; "
                                 "\"defer\" only reports hosts that need a reboot.", choices=["auto", "defer"],
                                 default="defer"),
     "accel_reboot_serial": _var("cluster", "raw", "Maintenance batch size (cluster nodes that change or reboot): a "
-                                "host count or a percentage (\"20%\").", default="20%"),
+                                "host count or a percentage (\"20%\").", default="20%",
+                                grammar="reboot_serial"),
     "accel_reboot_max_fail_percentage": _var("cluster", "int", "Stop the maintenance (no further batch is "
-                                             "cordoned) when more than this share of a batch fails.", default=0),
+                                             "cordoned) when more than this share of a batch fails.", default=0,
+                                             minimum=0, maximum=100),
     "accel_gpu_operator_enabled": _var("cluster", "bool", "Deploy the NVIDIA GPU Operator (MIG manager, DCGM "
                                        "exporter).", default=False),
-    "accel_gpu_operator_chart": _var("cluster", "str", "GPU Operator chart repository URL or path.", default="https://helm.ngc.nvidia.com/nvidia"),
+    "accel_gpu_operator_chart": _var("cluster", "str", "GPU Operator chart repository URL or path.",
+                                     default="https://helm.ngc.nvidia.com/nvidia", grammar="chart_source"),
     "accel_gpu_operator_chart_version": _var("cluster", "str", "GPU Operator chart version.",
-                                             default=GPU_OPERATOR_VERSION),
+                                             default=GPU_OPERATOR_VERSION, grammar="chart_version"),
     "accel_gpu_operator_chart_fallback": _var("cluster", "str", "Local GPU Operator chart (directory or .tgz on "
                                               "the cluster host) installed when the accel_gpu_operator_chart "
                                               "repository does not answer; empty skips the install then, with a "
-                                              "message."),
+                                              "message.", grammar="path"),
     "accel_gpu_operator_service_monitor": _var("cluster", "bool", "Create a Prometheus ServiceMonitor for the "
                                                "DCGM exporter (it drops the target's namespace/pod/container "
                                                "labels so that the exporter's own labels name the pod using each GPU).",
@@ -82,48 +106,62 @@ VARIABLES: dict[str, dict] = {
     "accel_gpu_operator_service_monitor_labels": _var("cluster", "dict", "Labels on the DCGM exporter's "
                                                       "ServiceMonitor, for a Prometheus that selects "
                                                       "ServiceMonitors by label (e.g. release: "
-                                                      "kube-prometheus-stack)."),
+                                                      "kube-prometheus-stack).", grammar="labels"),
     "accel_monitoring_enabled": _var("cluster", "bool", "Install charts/monitoring: Grafana dashboard, PrometheusRule "
                                      "alerts (where the Prometheus Operator's CRD exists) (docs/monitoring.md).",
                                      default=False),
     "accel_monitoring_rule_labels": _var("cluster", "dict", "Labels on the PrometheusRule, for a Prometheus that "
-                                         "selects rules by label (e.g. release: kube-prometheus-stack)."),
+                                         "selects rules by label (e.g. release: kube-prometheus-stack).",
+                                         grammar="labels"),
     "accel_monitoring_dashboards_namespace": _var("cluster", "str", "Namespace of the dashboard ConfigMap (one "
-                                                  "Grafana's sidecar watches); empty = accel_namespace."),
+                                                  "Grafana's sidecar watches); empty = accel_namespace.",
+                                                  grammar="namespace_or_empty"),
     "accel_monitoring_hpa_adapter_namespace": _var("cluster", "str", "prometheus-adapter's namespace: writes its "
-                                                   "rules there (GPU metrics per pod for HPAs); empty = none."),
+                                                   "rules there (GPU metrics per pod for HPAs); empty = none.",
+                                                   grammar="namespace_or_empty"),
     # Per pool (group_vars of a group under gpu_pools).
-    "accel_pool": _var("pool", "str", "Pool name; becomes the kube-accel.io/pool node label."),
-    "accel_mode": _var("pool", "str", "GPU sharing mode of the pool's nodes.", choices=list(MODES)),
+    "accel_pool": _var("pool", "str", "Pool name; becomes the kube-accel.io/pool node label and part of the names of "
+                       "the objects kube-accel creates for the pool; required on every GPU host.", grammar="pool_name"),
+    "accel_mode": _var("pool", "str", "GPU sharing mode of the pool's nodes.", choices=list(MODES),
+                       choice_noun="a kube-accel mode", note="MIG slices are mode pgpu with accel_mig_geometry"),
     "accel_vgpu_backend": _var("pool", "str", "vGPU implementation (mode vgpu). gpu-manager needs a CUDA 11.x "
-                               "driver.", choices=list(VGPU_BACKENDS)),
-    "accel_vgpu_split_count": _var("pool", "int", "HAMi: tasks that may share one GPU.", default=10),
-    "accel_vgpu_memory_scaling": _var("pool", "float", "HAMi: device memory oversubscription factor.", default=1.0),
-    "accel_vgpu_core_scaling": _var("pool", "float", "HAMi: core oversubscription factor.", default=1.0),
+                               "driver.", choices=list(VGPU_BACKENDS), applies={"accel_mode": ("vgpu",)}),
+    "accel_vgpu_split_count": _var("pool", "int", "HAMi: tasks that may share one GPU.", default=10,
+                                   minimum=1, maximum=HAMI_MAX_SPLIT_COUNT, applies=HAMI),
+    "accel_vgpu_memory_scaling": _var("pool", "float", "HAMi: device memory oversubscription factor.", default=1.0,
+                                      exclusive_minimum=0, maximum=HAMI_MAX_SCALING, applies=HAMI),
+    "accel_vgpu_core_scaling": _var("pool", "float", "HAMi: core oversubscription factor.", default=1.0,
+                                    exclusive_minimum=0, maximum=HAMI_MAX_SCALING, applies=HAMI),
     "accel_vgpu_scheduler_policy": _var("pool", "str", "HAMi GPU scheduling policy.",
-                                        choices=["binpack", "spread"], default="binpack"),
+                                        choices=["binpack", "spread"], default="binpack", applies=HAMI),
     "accel_mps_replicas": _var("pool", "int", f"MPS: clients per GPU ({MPS_MIN_REPLICAS}..{MPS_MAX_REPLICAS}, Volta or "
-                               "newer); required with accel_mode mps."),
+                               "newer); required with accel_mode mps.", minimum=MPS_MIN_REPLICAS,
+                               maximum=MPS_MAX_REPLICAS, applies={"accel_mode": ("mps",)}),
     "accel_timeslice_replicas": _var("pool", "int", "Time-slicing: pods sharing each GPU in turns "
                                      f"({TIMESLICE_MIN_REPLICAS}..{TIMESLICE_MAX_REPLICAS}); required with "
-                                     "accel_mode timeslice."),
+                                     "accel_mode timeslice.", minimum=TIMESLICE_MIN_REPLICAS,
+                                     maximum=TIMESLICE_MAX_REPLICAS, applies=TIMESLICE),
     "accel_timeslice_rename_by_default": _var("pool", "bool", "Time-slicing: advertise the replicas as "
                                               "nvidia.com/gpu.shared (true) rather than nvidia.com/gpu.",
-                                              default=True),
+                                              default=True, applies=TIMESLICE),
     "accel_timeslice_fail_requests_greater_than_one": _var("pool", "bool", "Time-slicing: refuse pods asking for "
                                                            "more than one replica (true: one GPU per pod "
                                                            "in turns); false lets a pod take several "
-                                                           "(oversubscription).", default=True),
+                                                           "(oversubscription).", default=True,
+                                                           applies=TIMESLICE),
     "accel_mig_strategy": _var("pool", "str", "Device plugin MIG strategy (mode pgpu only).",
-                               choices=["none", "single", "mixed"], default="none"),
+                               choices=["none", "single", "mixed"], default="none", applies=PGPU),
     "accel_mig_owner": _var("pool", "str", "Who applies the MIG geometry: the GPU Operator's mig-manager or the "
-                            "host (systemd + mig-parted).", choices=["operator", "host"], default="operator"),
+                            "host (systemd + mig-parted).", choices=["operator", "host"], default="operator",
+                            applies=PGPU),
     "accel_mig_geometry": _var("pool", "dict", "MIG profile -> count, per GPU; checked against the GPU model's "
-                               "placement rules."),
-    "accel_driver_branch": _var("pool", "str", "NVIDIA driver branch, e.g. \"550\".", default="535"),
+                               "placement rules.", grammar="mig_geometry", applies=PGPU),
+    "accel_driver_branch": _var("pool", "str", "NVIDIA driver branch, e.g. \"550\" (three digits; the flavour is "
+                                "accel_driver_flavor's).", default="535", grammar="driver_branch"),
     "accel_driver_source": _var("pool", "str", "Where the driver packages come from.",
                                 choices=["distro", "cuda-repo"], default="distro"),
-    "accel_driver_repo_url": _var("pool", "str", "CUDA repository (or mirror) URL for driver_source cuda-repo."),
+    "accel_driver_repo_url": _var("pool", "str", "CUDA repository (or mirror) URL for driver_source cuda-repo "
+                                  "(https).", grammar="https_url", applies={"accel_driver_source": ("cuda-repo",)}),
     "accel_driver_flavor": _var("pool", "str", "NVIDIA kernel modules: open (Turing and newer; the only ones "
                                 "Blackwell and Grace Hopper run with) or proprietary; unset: open only where a GPU "
                                 "needs them.", choices=["open", "proprietary"]),
@@ -131,29 +169,30 @@ VARIABLES: dict[str, dict] = {
                                     choices=["containerd", "crio", "docker"], default="containerd"),
     "accel_iommu": _var("pool", "bool", "Enable the IOMMU on the kernel command line.", default=False),
     "accel_sriov_numvfs": _var("pool", "int", "SR-IOV virtual functions per GPU (0 = off); at most the GPU's "
-                               "sriov_totalvfs.", default=0),
+                               "sriov_totalvfs.", default=0, minimum=0),
     "accel_sriov_method": _var("pool", "str", "How SR-IOV virtual functions are created: sriov-manage (NVIDIA's "
                                "tool, vGPU on Ampere and newer), sysfs (the kernel's sriov_numvfs); auto "
                                "picks by the GPUs' architecture.", choices=["auto", "sysfs", "sriov-manage"],
-                               default="auto"),
+                               default="auto", applies={"accel_sriov_numvfs": "nonzero"}),
     "accel_vfio_passthrough": _var("pool", "bool", "Bind the GPUs to vfio-pci for VM passthrough (needs the "
                                    "IOMMU).", default=False),
     "accel_vfio_pci_ids": _var("pool", "list", "PCI vendor:device IDs bound to vfio-pci, \"vvvv:dddd\".",
-                               elements="str"),
+                               elements="str", grammar="pci_id", applies={"accel_vfio_passthrough": (True,)}),
     "accel_numa_policy": _var("pool", "str", "kubelet Topology Manager policy for the pool's nodes.",
                               choices=["none", "single-numa-node", "restricted", "best-effort"], default="none"),
     "accel_node_taint": _var("pool", "bool", "Taint the pool's nodes so only GPU workloads land there.", default=False),
     "accel_hosts_fast_path": _var("pool", "bool", "Skip the host roles on a host that matches the record of its "
-                                  "last full run (roles/host_state); false runs them every time.", default=True),
+                                  "last full run (roles/host_state); false runs them every time.", default=True,
+                                  per_host=True),
     # Lab only.
-    "accel_lab": _var("lab", "bool", "The hosts are lab containers without GPUs.", default=False),
+    "accel_lab": _var("lab", "bool", "The hosts are lab containers without GPUs.", default=False, per_host=True),
     "accel_lab_gpu": _var("lab", "str", "Name of the NVML snapshot (tests/data/nvml/<name>.json) a lab host "
-                          "pretends to have."),
+                          "pretends to have.", grammar="file_name", per_host=True),
     "accel_nvml_snapshot": _var("lab", "path", "Path of an NVML snapshot JSON used instead of real NVML "
-                                "(GPU-less lab and test hosts)."),
+                                "(GPU-less lab and test hosts).", grammar="path", per_host=True),
     "accel_lab_host_runtime": _var("lab", "dict", "Stand-in for the host's cgroup_version and containerd_version, "
                                    "read instead of the host (lab containers share the lab machine's cgroup v2 and "
-                                   "run no containerd)."),
+                                   "run no containerd).", grammar="host_runtime", per_host=True),
 }
 
 # Facts kube-accel's roles set at run time under the accel_ prefix: not inventory settings, never typos.

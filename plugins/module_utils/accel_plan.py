@@ -2,33 +2,31 @@
 # Apache License 2.0
 """Plan rules: pure functions that list every problem with a host's plan before anything changes.
 
+The inventory as a whole (unknown names in every source, strict types as written, the grammar of each value, cluster
+settings, pool membership and agreement, settings a mode ignores) is checked first by ``accel_plan_inventory``; the
+rules here get one host's settings that passed those checks, and its facts, and find what only the combination shows:
+a mode the host's GPUs cannot serve, a MIG geometry that does not fit, a driver branch older than the GPUs, settings
+that contradict each other.
+
 Public API (the preflight role reaches it through the ``accel_plan_problems`` filter):
 
-- ``host_problems(host, settings, facts=None, pools=None, pool_groups=None) -> list[str]``: all problems of one
-  host. ``settings`` are the host's ``accel_*`` variables, ``facts`` its ``nvidia_gpus`` fact, ``pools`` its pool
-  memberships from ``pool_memberships``, ``pool_groups`` every pool group's settings from ``pool_groups``.
-- ``pool_groups(export)``: every pool group with the settings its hosts get from group vars (all, gpu_pools, the
-  group), to find two groups that name one pool with different settings.
-- ``pool_memberships(export, host)``: ``[{"group", "vars"}]`` for each pool group (child of ``gpu_pools``) holding
-  the host, from ``ansible-inventory --list --export`` output (group_vars are merged per host, so the groups'
-  own settings are only visible there).
+- ``host_problems(host, settings, facts=None, invalid=(), origins=None) -> list[str]``: all problems of one host.
+  ``settings`` are the host's ``accel_*`` variables (each is checked with ``accel_values`` first, so a caller may pass
+  unchecked ones), ``facts`` its ``nvidia_gpus`` fact, ``invalid`` names already reported (no rule repeats them),
+  ``origins`` where each setting came from (named in the messages).
 - ``vcuda_core_problems(value, where)``: a ``tencent.com/vcuda-core`` request is 1..100 or a multiple of 100.
-- ``merge_spec_errors(host, problems, spec_errors)``: adds argument-spec errors for fields no rule already named.
 - One ``rule_*`` function per rule, each ``(ctx) -> list[str]``; ``RULES`` lists them in order.
 
-Every message reads ``<host>: <field> = <value>: <what is wrong>; allowed: <what is allowed>``.
+Every message reads ``<host>: <field> = <value> (<origin>): <what is wrong>; allowed: <what is allowed>``.
 """
 
 from __future__ import annotations
 
-import ipaddress
 import re
 from dataclasses import dataclass, field
 
 from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_driver as driver
-from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_k8s_names as names
 from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_constants import (
-    MIN_KUBERNETES,
     MODES,
     VCUDA_CORES_PER_GPU,
     VGPU_BACKENDS,
@@ -36,12 +34,10 @@ from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_constants imp
 from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_inventory import (
     MPS_MAX_REPLICAS,
     MPS_MIN_REPLICAS,
-    RUNTIME_FACTS,
     TIMESLICE_MAX_REPLICAS,
     TIMESLICE_MIN_REPLICAS,
     VARIABLES,
     default_of,
-    did_you_mean,
 )
 from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_mig import (
     MIN_DRIVER,
@@ -50,13 +46,12 @@ from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_mig import (
     geometry_problems,
     model_for_device,
 )
+from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_values import shown, value_problems
 
 # MPS client CUDA contexts per GPU by compute capability, newest first (nvidia-cuda-mps-control(1); the limits are
 # accel_inventory's). Pre-Volta GPUs are refused for MPS altogether, so the Volta row is the only one kube-accel serves.
 MPS_MAX_CLIENTS_BY_CC = (((7, 0), MPS_MAX_REPLICAS),)
 MPS_MIN_COMPUTE_CAPABILITY = MPS_MAX_CLIENTS_BY_CC[-1][0]  # Volta: isolated client address spaces
-TIMESLICE_VARIABLES = ("accel_timeslice_replicas", "accel_timeslice_rename_by_default",
-                       "accel_timeslice_fail_requests_greater_than_one")
 GPU_MANAGER_MAX_CUDA_MAJOR = 11  # GPU-Manager's vcuda library intercepts the CUDA 11 driver API only
 # gpu-manager v1.1.5 talks CRI v1alpha2 only (pkg/runtime/runtime.go:15), which containerd 2.0 removed, and finds
 # container processes under the cgroup v1 memory hierarchy only (pkg/types/types.go:55, /sys/fs/cgroup/memory).
@@ -66,21 +61,12 @@ CUDA12_FIRST_DRIVER_BRANCH = 525  # R525 is the first branch shipping a CUDA 12.
 # kubelet_gpu sets the NUMA policy in a kubelet --config-dir drop-in: alpha behind KubeletConfigDropInDir in
 # 1.28-1.29, on by default from 1.30; older kubelets do not start with the flag.
 MIN_KUBERNETES_NUMA = (1, 30)
-PCI_ID_RE = re.compile(r"^[0-9a-fA-F]{4}:[0-9a-fA-F]{4}$")
-POOLS_GROUP = "gpu_pools"
 # The first driver branch whose CUDA knows each GPU architecture (CUDA Toolkit release notes, "CUDA Toolkit and
 # Corresponding Driver Versions": sm_70 CUDA 9.0 / 384, sm_75 10.0 / 410, sm_80 11.0 / 450, sm_86 11.1 / 455, sm_89
 # and sm_90 11.8 / 520, sm_100 and sm_120 12.8 / 570), newest first. A model with a published minimum (accel_mig
 # MIN_DRIVER, the MIG User Guide's table) uses that instead: H100 525, H200 550, B300 580.
 MIN_BRANCH_BY_CC = (((12, 0), 570), ((10, 0), 570), ((9, 0), 520), ((8, 9), 520), ((8, 6), 455), ((8, 0), 450),
                     ((7, 5), 410), ((7, 0), 384))
-# Where an image registry prefix is spliced: registry[:port][/path], as a container image reference's domain and
-# path components are written (no scheme, no tag or digest, no trailing "/").
-REGISTRY_PREFIX_RE = re.compile(
-    r"^[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?)*(:[0-9]{1,5})?"
-    r"(/[a-z0-9]+((\.|_|__|-+)[a-z0-9]+)*)*$")
-SEMVER_RE = re.compile(r"^v?(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)(-[0-9A-Za-z.-]+)?(\+[0-9A-Za-z.-]+)?$")
-REBOOT_SERIAL_PERCENT_RE = re.compile(r"^\s*(\d+)\s*%\s*$")
 
 
 @dataclass
@@ -88,8 +74,7 @@ class Context:
     host: str
     settings: dict
     facts: dict = field(default_factory=dict)
-    pools: list | None = None
-    pool_groups: list | None = None
+    origins: dict = field(default_factory=dict)
 
     def get(self, name, default=None):
         return self.settings.get(name, default)
@@ -103,42 +88,12 @@ class Context:
         return list((self.facts or {}).get("gpus") or [])
 
     def problem(self, field_name: str, value, what: str, allowed: str) -> str:
-        shown = "(not set)" if value is _UNSET else repr(value)
-        return f"{self.host}: {field_name} = {shown}: {what}; allowed: {allowed}"
+        text = "(not set)" if value is _UNSET else shown(value)
+        where = f" ({self.origins[field_name]})" if self.origins.get(field_name) else ""
+        return f"{self.host}: {field_name} = {text}{where}: {what}; allowed: {allowed}"
 
 
 _UNSET = object()
-
-
-def _int_problem(ctx: Context, name: str, raw, low: int, high: int | None, meaning: str) -> list[str]:
-    """``raw`` is an integer in low..high (high None: no maximum); says "not an integer" for text and floats."""
-    allowed = f"an integer {low}..{high} ({meaning})" if high is not None else f"an integer >= {low} ({meaning})"
-    number = _as_int(raw)
-    if number is None:
-        return [ctx.problem(name, raw, "not an integer", allowed)]
-    if number < low or (high is not None and number > high):
-        return [ctx.problem(name, raw, "out of range", allowed)]
-    return []
-
-
-def _as_int(value):
-    """An int, or an int written as a string (argument specs convert those); ``None`` otherwise."""
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return value
-    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
-        return int(value)
-    return None
-
-
-_BOOL_WORDS = ("true", "false", "yes", "no", "on", "off", "1", "0")
-
-
-def _as_bool(value) -> bool:
-    if isinstance(value, str):
-        return value.strip().lower() in ("true", "yes", "1", "on")
-    return bool(value)
 
 
 def _gpu_label(gpu: dict) -> str:
@@ -157,28 +112,10 @@ def _driver_branch(value) -> int | None:
 
 
 def rule_mode(ctx: Context) -> list[str]:
-    mode = ctx.get("accel_mode", _UNSET)
-    if mode in MODES:
-        return []
-    what = "not set for this GPU host" if mode is _UNSET else "not a kube-accel mode"
-    return [ctx.problem("accel_mode", mode, what,
+    if "accel_mode" in ctx.settings:
+        return []  # its value is accel_values' to check
+    return [ctx.problem("accel_mode", _UNSET, "not set for this GPU host",
                         f"{', '.join(MODES)} (MIG slices are mode pgpu with accel_mig_geometry)")]
-
-
-def rule_one_pool(ctx: Context) -> list[str]:
-    if ctx.pools is None:  # membership unknown (no inventory export): nothing to check
-        return []
-    if not ctx.pools:
-        return [f"{ctx.host}: group_names: the host is in {POOLS_GROUP} but in none of its pool groups; "
-                f"allowed: exactly one pool group under {POOLS_GROUP}"]
-    if len(ctx.pools) == 1:
-        return []
-    described = ", ".join(f"{p['group']} (accel_mode={p['vars'].get('accel_mode', '(inherited)')})"
-                          for p in ctx.pools)
-    modes = {p["vars"].get("accel_mode") for p in ctx.pools if "accel_mode" in p["vars"]}
-    what = "different modes on one host" if len(modes) > 1 else "one host in two pools"
-    return [f"{ctx.host}: group_names = {[p['group'] for p in ctx.pools]!r}: {what}: {described}; allowed: "
-            f"exactly one pool group under {POOLS_GROUP}, so one mode per host"]
 
 
 def rule_vgpu_backend(ctx: Context) -> list[str]:
@@ -220,27 +157,6 @@ def rule_vgpu_backend(ctx: Context) -> list[str]:
     return problems
 
 
-def rule_hami_settings(ctx: Context) -> list[str]:
-    if ctx.get("accel_mode") != "vgpu" or ctx.get("accel_vgpu_backend") != "hami":
-        return []
-    problems = []
-    if "accel_vgpu_split_count" in ctx.settings:
-        problems += _int_problem(ctx, "accel_vgpu_split_count", ctx.get("accel_vgpu_split_count"), 1, None,
-                                 "tasks sharing one GPU")
-    for name in ("accel_vgpu_memory_scaling", "accel_vgpu_core_scaling"):
-        if name not in ctx.settings:
-            continue
-        raw = ctx.get(name)
-        try:
-            ok = not isinstance(raw, bool) and float(raw) > 0
-        except (TypeError, ValueError):
-            ok = False
-        if not ok:
-            problems.append(ctx.problem(name, raw, "not a positive factor",
-                                        "a number > 0 (1.0 = no oversubscription)"))
-    return problems
-
-
 def rule_mig_exclusive(ctx: Context) -> list[str]:
     mode = ctx.get("accel_mode")
     if mode not in ("vgpu", "mps", "timeslice"):
@@ -276,14 +192,10 @@ def rule_mps(ctx: Context) -> list[str]:
         return []
     problems = []
     raw = ctx.get("accel_mps_replicas", _UNSET)
-    replicas = _as_int(raw)
-    in_range = replicas is not None and MPS_MIN_REPLICAS <= replicas <= MPS_MAX_REPLICAS
+    replicas = raw if raw is not _UNSET else None
     if raw is _UNSET:
         problems.append(ctx.problem("accel_mps_replicas", raw, "required with accel_mode mps",
                                     f"an integer {MPS_MIN_REPLICAS}..{MPS_MAX_REPLICAS} (MPS clients per GPU)"))
-    else:
-        problems += _int_problem(ctx, "accel_mps_replicas", raw, MPS_MIN_REPLICAS, MPS_MAX_REPLICAS,
-                                 "MPS clients per GPU")
     seen = set()
     for gpu in ctx.gpus:
         cc = _version_tuple(gpu.get("compute_capability", ""))
@@ -294,7 +206,7 @@ def rule_mps(ctx: Context) -> list[str]:
                 "mps on compute capability 7.0 (Volta) or newer; use pgpu or vgpu on older GPUs"))
             continue
         limit = mps_max_clients(cc) if cc is not None else None
-        if in_range and limit is not None and replicas > limit and (gpu.get("name"), cc) not in seen:
+        if replicas is not None and limit is not None and replicas > limit and (gpu.get("name"), cc) not in seen:
             seen.add((gpu.get("name"), cc))
             problems.append(ctx.problem(
                 "accel_mps_replicas", raw,
@@ -304,31 +216,13 @@ def rule_mps(ctx: Context) -> list[str]:
 
 
 def rule_timeslice(ctx: Context) -> list[str]:
-    """Time-slicing settings belong to mode timeslice only (one sharing mechanism per GPU: not with MPS, whose
-    daemon owns the GPU, nor on a pgpu pool); replicas in range; the two switches are booleans."""
-    mode = ctx.get("accel_mode")
-    problems = []
-    if mode != "timeslice":
-        for name in TIMESLICE_VARIABLES:
-            if name in ctx.settings:
-                problems.append(ctx.problem(
-                    name, ctx.get(name), f"a time-slicing setting on a pool with accel_mode {mode}",
-                    "accel_timeslice_* only with accel_mode timeslice (one sharing mechanism per GPU: "
-                    "time-slicing is never combined with MPS or MIG)"))
-        return problems
-    raw = ctx.get("accel_timeslice_replicas", _UNSET)
-    if raw is _UNSET:
-        problems.append(ctx.problem("accel_timeslice_replicas", raw, "required with accel_mode timeslice",
-                                    f"an integer {TIMESLICE_MIN_REPLICAS}..{TIMESLICE_MAX_REPLICAS} "
-                                    f"(pods sharing one GPU in turns)"))
-    else:
-        problems += _int_problem(ctx, "accel_timeslice_replicas", raw, TIMESLICE_MIN_REPLICAS,
-                                 TIMESLICE_MAX_REPLICAS, "pods sharing one GPU in turns")
-    for name in TIMESLICE_VARIABLES[1:]:
-        value = ctx.get(name)
-        if name in ctx.settings and not (isinstance(value, bool) or str(value).strip().lower() in _BOOL_WORDS):
-            problems.append(ctx.problem(name, ctx.get(name), "not a boolean", "true or false"))
-    return problems
+    """A timeslice pool names its replicas (the other accel_timeslice_* settings apply to timeslice pools only:
+    accel_inventory ``applies``; one sharing mechanism per GPU, never with MPS or MIG)."""
+    if ctx.get("accel_mode") != "timeslice" or "accel_timeslice_replicas" in ctx.settings:
+        return []
+    return [ctx.problem("accel_timeslice_replicas", _UNSET, "required with accel_mode timeslice",
+                        f"an integer {TIMESLICE_MIN_REPLICAS}..{TIMESLICE_MAX_REPLICAS} (pods sharing one GPU in "
+                        "turns)")]
 
 
 def rule_mig_geometry(ctx: Context) -> list[str]:
@@ -375,7 +269,7 @@ def rule_mig_geometry(ctx: Context) -> list[str]:
 def rule_mig_owner(ctx: Context) -> list[str]:
     if not ctx.get("accel_mig_geometry") or ctx.value("accel_mig_owner") != "operator":
         return []
-    if "accel_gpu_operator_enabled" in ctx.settings and not _as_bool(ctx.get("accel_gpu_operator_enabled")):
+    if ctx.get("accel_gpu_operator_enabled") is False:
         return [ctx.problem("accel_mig_owner", ctx.value("accel_mig_owner"),
                             "the GPU Operator's mig-manager applies the geometry, but accel_gpu_operator_enabled "
                             "is false", "accel_mig_owner: host, or accel_gpu_operator_enabled: true")]
@@ -383,57 +277,62 @@ def rule_mig_owner(ctx: Context) -> list[str]:
 
 
 def rule_sriov(ctx: Context) -> list[str]:
-    raw = ctx.value("accel_sriov_numvfs")
-    problems = _int_problem(ctx, "accel_sriov_numvfs", raw, 0, None, "0 disables SR-IOV")
-    if problems:
-        return problems
-    numvfs = _as_int(raw)
-    if numvfs == 0:
-        return problems
+    """Virtual functions within what each GPU offers, and with the IOMMU that SR-IOV needs to hand them out."""
+    numvfs = ctx.value("accel_sriov_numvfs")
+    if not numvfs:
+        return []
+    problems = []
     for gpu in ctx.gpus:
         total = gpu.get("sriov_totalvfs") or 0
         if numvfs > total:
             what = (f"{_gpu_label(gpu)} is not SR-IOV capable (sriov_totalvfs 0)" if total == 0
                     else f"above {_gpu_label(gpu)}'s sriov_totalvfs {total}")
-            problems.append(ctx.problem("accel_sriov_numvfs", raw, what, f"0..{total}"))
+            problems.append(ctx.problem("accel_sriov_numvfs", numvfs, what, f"0..{total}"))
+    if not (ctx.facts or {}).get("iommu_enabled") and not ctx.value("accel_iommu"):
+        problems.append(ctx.problem(
+            "accel_sriov_numvfs", numvfs, "SR-IOV virtual functions need the IOMMU, which is neither enabled on "
+            "this host (no /sys/kernel/iommu_groups) nor planned (accel_iommu is false)",
+            "accel_iommu: true with accel_sriov_numvfs, or accel_sriov_numvfs: 0"))
     return problems
 
 
+def _pci_ids(gpu: dict) -> str | None:
+    """``vvvv:dddd`` of a GPU from its NVML PCI device ID (``0xDDDDVVVV``)."""
+    raw = gpu.get("pci_device_id")
+    try:
+        number = int(str(raw), 16)
+    except (TypeError, ValueError):
+        return None
+    return f"{number & 0xFFFF:04x}:{number >> 16 & 0xFFFF:04x}"
+
+
 def rule_vfio(ctx: Context) -> list[str]:
+    """VM passthrough: the IOMMU, a whole-GPU pool (the GPUs leave the host's driver, so no host-side sharing mode
+    can serve them), and vfio IDs that match the host's GPUs."""
     problems = []
-    if _as_bool(ctx.value("accel_vfio_passthrough")):
-        iommu_on = bool((ctx.facts or {}).get("iommu_enabled"))
-        if not iommu_on and not _as_bool(ctx.value("accel_iommu")):
+    if ctx.value("accel_vfio_passthrough"):
+        if not (ctx.facts or {}).get("iommu_enabled") and not ctx.value("accel_iommu"):
             problems.append(ctx.problem(
                 "accel_vfio_passthrough", ctx.get("accel_vfio_passthrough"),
                 "vfio-pci passthrough needs the IOMMU, which is neither enabled on this host (no "
                 "/sys/kernel/iommu_groups) nor planned (accel_iommu is false)",
                 "accel_iommu: true with accel_vfio_passthrough, or accel_vfio_passthrough: false"))
+        mode = ctx.get("accel_mode")
+        if mode in MODES and mode != "pgpu":
+            problems.append(ctx.problem(
+                "accel_vfio_passthrough", True, f"VM passthrough on a pool with accel_mode {mode}: GPUs bound to "
+                f"vfio-pci leave the host's driver, so nothing on the host can share them ({mode})",
+                "accel_vfio_passthrough with accel_mode pgpu (whole GPUs for VMs), or accel_vfio_passthrough: false"))
     ids = ctx.get("accel_vfio_pci_ids") or []
-    if not isinstance(ids, list):
-        problems.append(ctx.problem("accel_vfio_pci_ids", ids, "not a list", "a list of \"vvvv:dddd\" IDs"))
-        return problems
-    for pci_id in ids:
-        if not isinstance(pci_id, str) or not PCI_ID_RE.fullmatch(pci_id):
-            problems.append(ctx.problem("accel_vfio_pci_ids", pci_id, "not a PCI vendor:device ID",
-                                        "4 hex digits, a colon, 4 hex digits, e.g. \"10de:20b5\""))
+    present = {pci for pci in map(_pci_ids, ctx.gpus) if pci}
+    if ids and present:
+        unmatched = [pci for pci in ids if pci.lower() not in present]
+        if unmatched:
+            problems.append(ctx.problem(
+                "accel_vfio_pci_ids", ids, f"{unmatched!r} match none of this host's GPUs "
+                f"({', '.join(sorted(present))}): vfio-pci would bind nothing, or another device",
+                "the vendor:device IDs of the host's GPUs"))
     return problems
-
-
-def rule_control_plane_cidrs(ctx: Context) -> list[str]:
-    value = ctx.get("accel_control_plane_cidrs")
-    if not isinstance(value, list):
-        return []  # absent, or not a list: the argument spec reports the type
-    bad = []
-    for cidr in value:
-        try:
-            ipaddress.ip_network(str(cidr), strict=True)
-        except ValueError:
-            bad.append(cidr)
-    if not bad:
-        return []
-    return [ctx.problem("accel_control_plane_cidrs", value, f"{bad!r} not network addresses in CIDR notation",
-                        'CIDRs such as "10.0.0.10/32" or "10.0.0.0/24" (no host bits set)')]
 
 
 def rule_kubernetes_numa(ctx: Context) -> list[str]:
@@ -456,113 +355,6 @@ def rule_kubernetes_numa(ctx: Context) -> list[str]:
     return []
 
 
-def rule_unknown_variables(ctx: Context) -> list[str]:
-    problems = []
-    for name in sorted(ctx.settings):
-        if name.startswith("accel_") and name not in VARIABLES and name not in RUNTIME_FACTS:
-            hint = did_you_mean(name)
-            what = f"unknown variable (did you mean {hint}?)" if hint else "unknown variable"
-            problems.append(ctx.problem(name, ctx.settings[name], what,
-                                        "the variables of kube-accel's inventory model (README)"))
-    # Names without the prefix in a pool's own group_vars, when they look like a known variable.
-    for pool in ctx.pools or []:
-        for name in sorted(pool["vars"]):
-            if name.startswith(("accel_", "ansible_")) or name in ctx.settings:
-                continue
-            hint = did_you_mean(name)
-            if hint:
-                problems.append(ctx.problem(
-                    name, pool["vars"][name],
-                    f"unknown variable in pool group {pool['group']} (did you mean {hint}?)",
-                    "the variables of kube-accel's inventory model (README)"))
-    return problems
-
-
-def rule_names(ctx: Context) -> list[str]:
-    """Values that become Kubernetes names, checked the way the API server checks them (accel_k8s_names)."""
-    problems = []
-    pool = ctx.get("accel_pool", _UNSET)
-    if pool is not _UNSET:
-        what = "empty" if pool in ("", None) else names.label_value(pool)
-        if what:
-            problems.append(ctx.problem("accel_pool", pool, f"{what}: it becomes the kube-accel.io/pool label and "
-                                        "taint value", names.LABEL_VALUE_ALLOWED))
-    for name, may_be_empty in (("accel_namespace", False), ("accel_monitoring_dashboards_namespace", True),
-                               ("accel_monitoring_hpa_adapter_namespace", True)):
-        value = ctx.get(name, _UNSET)
-        if value is _UNSET or (may_be_empty and value in ("", None)):
-            continue
-        what = names.dns1123_label(value)
-        if what:
-            problems.append(ctx.problem(name, value, f"{what}: not a namespace name", names.DNS1123_LABEL_ALLOWED))
-    secrets = ctx.get("accel_image_pull_secrets")
-    if isinstance(secrets, list):  # not a list: the argument spec reports the type
-        for secret in secrets:
-            what = names.dns1123_subdomain(secret)
-            if what:
-                problems.append(ctx.problem("accel_image_pull_secrets", secret, f"{what}: not a Secret name",
-                                            names.DNS1123_SUBDOMAIN_ALLOWED))
-    for name in ("accel_gpu_operator_service_monitor_labels", "accel_monitoring_rule_labels"):
-        value = ctx.get(name)
-        if isinstance(value, dict):
-            for what in names.labels(value):
-                problems.append(ctx.problem(name, value, what,
-                                            f"label keys: {names.LABEL_KEY_ALLOWED}; values: "
-                                            f"{names.LABEL_VALUE_ALLOWED}"))
-    return problems
-
-
-def _reboot_serial_problem(value) -> str:
-    if isinstance(value, list):
-        return next((p for p in map(_reboot_serial_problem, value) if p), "" if value else "an empty list")
-    match = REBOOT_SERIAL_PERCENT_RE.match(value) if isinstance(value, str) else None
-    if match:
-        return "" if 1 <= int(match.group(1)) <= 100 else f"{value!r} is not a percentage 1..100"
-    number = _as_int(value)
-    if number is None:
-        return f"{value!r} is neither a host count nor a percentage"
-    return "" if number >= 1 else f"{value!r} is not a host count >= 1"
-
-
-def rule_cluster_settings(ctx: Context) -> list[str]:
-    """Cluster-wide settings (group_vars/all) whose type alone does not make them usable."""
-    problems = []
-    registry = ctx.get("accel_image_registry")
-    if isinstance(registry, str) and registry and not REGISTRY_PREFIX_RE.fullmatch(registry):
-        problems.append(ctx.problem("accel_image_registry", registry,
-                                    "not a registry prefix (it replaces the registry of every image reference)",
-                                    "host[:port][/path], e.g. \"registry.example.com:5000/mirror\": no scheme, "
-                                    "tag, digest or trailing \"/\"; empty for the upstream registries"))
-    serial = ctx.get("accel_reboot_serial", _UNSET)
-    if serial is not _UNSET:
-        what = _reboot_serial_problem(serial)
-        if what:
-            problems.append(ctx.problem("accel_reboot_serial", serial, what,
-                                        "a host count >= 1, a percentage \"1%\"..\"100%\", or a list of those "
-                                        "(Ansible serial batches)"))
-    if "accel_reboot_max_fail_percentage" in ctx.settings:
-        problems += _int_problem(ctx, "accel_reboot_max_fail_percentage",
-                                 ctx.get("accel_reboot_max_fail_percentage"), 0, 100, "percent of a reboot batch")
-    if "accel_run_lock_wait" in ctx.settings:
-        problems += _int_problem(ctx, "accel_run_lock_wait", ctx.get("accel_run_lock_wait"), 0, None,
-                                 "seconds; 0 fails at once")
-    version = ctx.get("accel_gpu_operator_chart_version")
-    if version not in (None, "") and not (isinstance(version, str) and SEMVER_RE.fullmatch(version)):
-        problems.append(ctx.problem("accel_gpu_operator_chart_version", version, "not a chart version",
-                                    "a semantic version such as \"v26.7.0\" (Helm chart versions are SemVer 2)"))
-    kube = ctx.get("accel_kubernetes_version")
-    oldest = ".".join(map(str, MIN_KUBERNETES))
-    if kube not in (None, "") and not re.fullmatch(r"v?1\.\d+(\.\d+)?", str(kube)):
-        problems.append(ctx.problem("accel_kubernetes_version", kube, "not a Kubernetes version",
-                                    f"a version such as \"1.36\" or \"v1.36.3\", {oldest} or newer"))
-    elif kube not in (None, "") and _version_tuple(kube) < MIN_KUBERNETES:
-        problems.append(ctx.problem("accel_kubernetes_version", kube,
-                                    f"older than every kube-accel chart accepts (kubeVersion >= {oldest}): the run "
-                                    "would fail at the first helm install, after the hosts changed",
-                                    f"{oldest} or newer"))
-    return problems
-
-
 def minimum_driver_branch(gpu: dict) -> tuple[int, str] | None:
     """(branch, where the number comes from) for one GPU of the facts, or None when nothing is known."""
     model = model_for_device(gpu.get("pci_device_id")) if gpu.get("pci_device_id") is not None else None
@@ -581,7 +373,7 @@ def minimum_driver_branch(gpu: dict) -> tuple[int, str] | None:
 def rule_driver_branch_gpus(ctx: Context) -> list[str]:
     """The planned branch must know every GPU of the host (MIG minimums are rule_mig_geometry's)."""
     branch = _driver_branch(ctx.get("accel_driver_branch"))
-    if branch is None or _as_bool(ctx.value("accel_vfio_passthrough")):
+    if branch is None or ctx.value("accel_vfio_passthrough"):
         return []  # passthrough hosts run no host driver
     mig_pool = bool(ctx.get("accel_mig_geometry")) and ctx.get("accel_mode") == "pgpu"
     problems, seen = [], set()
@@ -598,32 +390,11 @@ def rule_driver_branch_gpus(ctx: Context) -> list[str]:
     return problems
 
 
-def rule_pool_groups_agree(ctx: Context) -> list[str]:
-    """Two pool groups that name one pool must give it the same settings: one pool is one label, one chart
-    config and one set of Jobs, built from one host's settings (accel_pools.pools_from_hostvars)."""
-    if not ctx.pool_groups or ctx.pools is None:
-        return []
-    mine = {p["group"] for p in ctx.pools}
-    pool = ctx.get("accel_pool")
-    same = [g for g in ctx.pool_groups if g["vars"].get("accel_pool") == pool and pool is not None]
-    if len(same) < 2 or not mine & {g["group"] for g in same}:
-        return []
-    pool_vars = sorted(n for n, v in VARIABLES.items() if v["scope"] == "pool" and n != "accel_pool")
-    differing = [n for n in pool_vars if len({repr(g["vars"].get(n)) for g in same}) > 1]
-    if not differing:
-        return []
-    shown = "; ".join(f"{n}: " + ", ".join(f"{g['group']}={g['vars'].get(n, '(unset)')!r}" for g in same)
-                      for n in differing)
-    return [ctx.problem("accel_pool", pool, f"pool groups {[g['group'] for g in same]} name this pool with "
-                        f"different settings ({shown})",
-                        "one pool group per accel_pool, or the same pool settings in every group naming it")]
-
-
 def rule_driver_flavor(ctx: Context) -> list[str]:
     """accel_driver_flavor against the GPUs: Blackwell and Grace Hopper run only with the open kernel modules, which
     in turn exist only from Turing on (accel_driver.open_modules_required / open_modules_supported)."""
     flavor = ctx.get("accel_driver_flavor")
-    if flavor not in driver.FLAVORS or _as_bool(ctx.value("accel_vfio_passthrough")):
+    if flavor not in driver.FLAVORS or ctx.value("accel_vfio_passthrough"):
         return []  # unset: the role picks; bad value: the argument spec reports it; passthrough: no host driver
     problems, seen = [], set()
     for gpu in ctx.gpus:
@@ -646,7 +417,7 @@ def rule_fabric_manager(ctx: Context) -> list[str]:
     """An NVSwitch system (nvidia_gpus.nvswitch) needs NVIDIA Fabric Manager of the driver's exact version: a branch
     NVIDIA publishes none for leaves CUDA unable to use the GPUs."""
     facts = ctx.facts or {}
-    if not facts.get("nvswitch") or _as_bool(ctx.value("accel_vfio_passthrough")):
+    if not facts.get("nvswitch") or ctx.value("accel_vfio_passthrough"):
         return []
     raw = ctx.get("accel_driver_branch", _UNSET)
     if raw is _UNSET or _driver_branch(raw) is None or driver.fabric_manager_available(raw):
@@ -660,13 +431,39 @@ def rule_fabric_manager(ctx: Context) -> list[str]:
                         + ", ".join(str(b) for b in sorted(driver.FABRIC_MANAGER_BRANCHES)))]
 
 
+def rule_mig_left_on(ctx: Context) -> list[str]:
+    """A whole-GPU pool without a MIG plan on GPUs that have MIG on: nothing kube-accel runs turns it off, so the
+    pool would serve MIG devices nobody planned (and the exclusive config sees no whole GPU)."""
+    if ctx.get("accel_mode") != "pgpu" or ctx.get("accel_mig_geometry") or ctx.value("accel_vfio_passthrough"):
+        return []
+    on = [gpu for gpu in ctx.gpus if gpu.get("mig_mode_current") or gpu.get("mig_mode_pending")]
+    if not on:
+        return []
+    return [ctx.problem("accel_mode", "pgpu", f"{len(on)} GPU(s) have MIG enabled ({_gpu_label(on[0])}: current="
+                        f"{on[0].get('mig_mode_current')}, pending={on[0].get('mig_mode_pending')}) and the pool plans "
+                        "no MIG geometry, so nothing would turn MIG off",
+                        "an accel_mig_geometry for the pool, or MIG disabled on the host first (nvidia-smi -mig 0)")]
+
+
+def rule_recorded_snapshot(ctx: Context) -> list[str]:
+    """A recorded NVML snapshot stands in for the GPUs of lab and test hosts; on a host whose NVIDIA driver is
+    loaded it would check the plan against GPUs the host does not have."""
+    if "accel_nvml_snapshot" not in ctx.settings or ctx.get("accel_lab") is True:
+        return []
+    if not (ctx.facts or {}).get("host_driver_loaded"):
+        return []
+    return [ctx.problem("accel_nvml_snapshot", ctx.get("accel_nvml_snapshot"),
+                        "a recorded snapshot on a host whose NVIDIA driver is loaded (/proc/driver/nvidia/version): "
+                        "the plan would be checked against recorded GPUs, not the host's",
+                        "no accel_nvml_snapshot on real GPU hosts (or accel_lab: true on lab hosts)")]
+
+
 RULES = (
-    rule_unknown_variables,
     rule_mode,
-    rule_one_pool,
+    rule_recorded_snapshot,
     rule_vgpu_backend,
-    rule_hami_settings,
     rule_mig_exclusive,
+    rule_mig_left_on,
     rule_mps,
     rule_timeslice,
     rule_mig_geometry,
@@ -674,78 +471,61 @@ RULES = (
     rule_sriov,
     rule_vfio,
     rule_kubernetes_numa,
-    rule_control_plane_cidrs,
-    rule_names,
-    rule_cluster_settings,
     rule_driver_branch_gpus,
-    rule_pool_groups_agree,
     rule_driver_flavor,
     rule_fabric_manager,
 )
 
 
-def host_problems(host: str, settings: dict, facts: dict | None = None, pools: list | None = None,
-                  pool_groups: list | None = None) -> list[str]:
-    """Every problem with one host's plan (empty list = the plan is fine)."""
-    ctx = Context(host=host, settings=dict(settings or {}), facts=dict(facts or {}), pools=pools,
-                  pool_groups=pool_groups)
+def host_problems(host: str, settings: dict, facts: dict | None = None, invalid=(), origins: dict | None = None
+                  ) -> list[str]:
+    """Every problem with one host's plan (empty list = the plan is fine).
+
+    Each known setting is checked with ``accel_values`` first (the preflight passes settings that already passed,
+    so this costs nothing there); a setting with a problem, or named in ``invalid``, is left out of the rules, so
+    a wrong value is reported once, never again as the cause of a rule's finding.
+    """
+    ctx = Context(host=host, settings={}, facts=dict(facts or {}), origins=dict(origins or {}))
     problems: list[str] = []
+    skipped = set(invalid or ())
+    for name, value in (settings or {}).items():
+        if name in skipped:
+            continue
+        if name in VARIABLES:
+            found = value_problems(name, value)
+            if found:
+                skipped.add(name)
+                problems.extend(ctx.problem(name, value, what, allowed) for what, allowed in found)
+                continue
+        ctx.settings[name] = value
     for rule in RULES:
-        problems.extend(rule(ctx))
+        problems.extend(_with_origin(ctx, text) for text in rule(ctx) if _field(host, text) not in skipped)
     return problems
 
 
-def pool_memberships(export: dict, host: str) -> list[dict]:
-    """Pool groups (children of gpu_pools) that hold ``host``, each with its own vars."""
-    def hosts_of(group: str, seen: set) -> set:
-        if group in seen:
-            return set()
-        seen.add(group)
-        entry = export.get(group) or {}
-        found = set(entry.get("hosts") or [])
-        for child in entry.get("children") or []:
-            found |= hosts_of(child, seen)
-        return found
-
-    pools = []
-    for group in (export.get(POOLS_GROUP) or {}).get("children") or []:
-        if host in hosts_of(group, set()):
-            pools.append({"group": group, "vars": dict((export.get(group) or {}).get("vars") or {})})
-    return pools
+def _with_origin(ctx: Context, text: str) -> str:
+    """A rule message written outside ``ctx.problem`` (accel_mig's) with the field's origin after its value."""
+    name = _field(ctx.host, text)
+    origin = ctx.origins.get(name)
+    if not origin or f"({origin})" in text:
+        return text
+    head = f"{ctx.host}: {name} = "
+    cut = text.find(": ", len(head))
+    return text if cut < 0 else f"{text[:cut]} ({origin}){text[cut:]}"
 
 
-def pool_groups(export: dict) -> list[dict]:
-    """Every pool group (child of gpu_pools) with the settings its hosts get from group vars: all, gpu_pools, then
-    its own (host vars aside, which rule_one_pool's per-host view covers)."""
-    inherited = {**((export.get("all") or {}).get("vars") or {}), **((export.get(POOLS_GROUP) or {}).get("vars") or {})}
-    return [{"group": group, "vars": {**inherited, **((export.get(group) or {}).get("vars") or {})}}
-            for group in (export.get(POOLS_GROUP) or {}).get("children") or []]
+def _field(host: str, text: str) -> str:
+    """The field a rule's message is about: ``<host>: <field> = ...``."""
+    return text[len(host) + 2:].split(" ", 1)[0] if text.startswith(f"{host}: ") else ""
 
 
 def vcuda_core_problems(value, where: str = "tencent.com/vcuda-core") -> list[str]:
     """A vcuda-core request is a share of one GPU (1..100) or whole GPUs (a multiple of 100)."""
-    number = _as_int(value)
+    number = value if isinstance(value, int) and not isinstance(value, bool) else None
+    if isinstance(value, str) and value.strip().isdigit():
+        number = int(value)
     if number is not None and (1 <= number <= VCUDA_CORES_PER_GPU or
                                (number > 0 and number % VCUDA_CORES_PER_GPU == 0)):
         return []
     return [f"{where} = {value!r}: not a valid vcuda-core request; allowed: 1..{VCUDA_CORES_PER_GPU} "
             f"(a share of one GPU) or a multiple of {VCUDA_CORES_PER_GPU} (whole GPUs)"]
-
-
-_FIELD_RE = re.compile(r"\b(accel_[a-z0-9_]+)\b")
-
-
-def merge_spec_errors(host: str, problems: list, spec_errors) -> list[str]:
-    """Argument-spec errors (types, choices) for fields that no plan rule already reported."""
-    named = {m for text in problems for m in _FIELD_RE.findall(text.split(";")[0])}
-    merged = list(problems)
-    for error in spec_errors or []:
-        # Unknown names ("Unsupported parameters ... Supported parameters include ...") are rule_unknown_variables'
-        # job, which knows the run-time facts and suggests the intended name.
-        if "Supported parameters include" in str(error):
-            continue
-        fields = set(_FIELD_RE.findall(str(error)))
-        if fields and fields <= named:
-            continue
-        merged.append(f"{host}: {error}")
-    return merged

@@ -129,6 +129,7 @@ fake_nodes:
 import time
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_constants import POOL_DERIVED_NAMES
 from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_kube import KUBE_ARGUMENT_SPEC, api_client
 from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_verify import (
     FAKE_NODE_ANNOTATION,
@@ -157,7 +158,8 @@ def pod_ready(pod) -> bool:
 
 
 def run_job(batch, core, p, pool) -> tuple[str, list[str], list]:
-    name = f"kube-accel-verify-{pool['pool']}"[:63].rstrip("-")
+    # The preflight refuses a pool name that would make this name invalid (accel_values "pool_name").
+    name = POOL_DERIVED_NAMES["verify Job"].format(pool=pool["pool"])
     ns = p["namespace"]
     body = job_manifest(name, ns, p["pool_label"], pool["pool"], pool["request"], p["job_image"],
                         p["job_command"], p["taint_key"], pool.get("pod_labels"))

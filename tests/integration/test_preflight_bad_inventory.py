@@ -20,75 +20,98 @@ REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 LOCAL = ["-e", "ansible_connection=local", "-e", f"ansible_python_interpreter={sys.executable}"]
 
+INV = "inventories/tests/bad_plan/"
 EXPECTED = {
-    "bad-vcuda-0": [
-        "accel_vgpu_backend = 'gpu-manager': GPU-Manager does not support the CUDA 12.4 driver (driver 550.54.15) on "
-        "this host; allowed: hami for CUDA 12 and newer drivers; gpu-manager only with a CUDA 11.x driver (branch 520 "
-        "or older)",
+    'bad-mig-0': [
+        f"accel_vgpu_scheduler_policy = 'fastest' ({INV}group_vars/pool_mig_overfull.yml:9): not one of the "
+        "choices; allowed: binpack, spread",
+        f"accel_mig_geometry = 4g.40gbx1 + 3g.40gbx1 + 1g.10gbx1 ({INV}group_vars/pool_mig_overfull.yml:6): no"
+        " legal placement on A100-80GB on GPU 0 (NVIDIA A100-SXM4-80GB) (needs 8/7 SM slices and 9/8 memory "
+        "slices, and each profile may only start at its allowed positions); allowed: a combination that fits,"
+        " e.g. one of 7g.80gbx1; 3g.40gbx1 + 4g.40gbx1; 3g.40gbx2; 2g.20gbx2 + 3g.40gbx1",
+    ],
+    'bad-mode-0': [
+        f"accel_mode = 'mig' ({INV}group_vars/pool_mode_mig.yml:3): not a kube-accel mode; allowed: vgpu, "
+        "pgpu, mps, timeslice (MIG slices are mode pgpu with accel_mig_geometry)",
+    ],
+    'bad-mps-0': [
+        f"accel_mps_replicas = 64 ({INV}group_vars/pool_mps_on_mig.yml:4): out of range; allowed: an integer "
+        "2..48",
+        f"accel_mig_strategy = 'mixed' ({INV}group_vars/pool_mps_on_mig.yml:5): set for this pool, whose "
+        "settings make it ignored (it applies with accel_mode pgpu); allowed: remove it, or set it for pools "
+        "it applies to",
+        f"accel_mode = 'mps' ({INV}group_vars/pool_mps_on_mig.yml:3): GPU 0 (NVIDIA A100-SXM4-80GB) has MIG "
+        "enabled (current=True, pending=True); allowed: accel_mode pgpu for MIG; vgpu, mps and timeslice need"
+        " GPUs with MIG disabled (no accel_mig_geometry, accel_mig_strategy none)",
+    ],
+    'bad-names-0': [
+        f"accel_pool = 'GPU pool' ({INV}group_vars/pool_bad_names.yml:2): not an RFC 1123 label; allowed: an "
+        "RFC 1123 label of at most 45 lower-case letters, digits and '-', starting and ending with a letter "
+        "or digit (it is part of the names kube-accel-verify-<pool>)",
+        f"accel_driver_branch = '470' ({INV}group_vars/pool_bad_names.yml:4): older than GPU 0 (NVIDIA H100 "
+        "80GB HBM3) supports: H100-80GB needs driver 525.85.12; allowed: accel_driver_branch 525 or newer",
+    ],
+    'bad-split-a-0': [
+        "accel_pool = 'split': the hosts of pool 'split' (groups pool_split_a, pool_split_b) disagree on "
+        f"accel_mode: 'pgpu' on bad-split-a-0 ({INV}group_vars/pool_split_a.yml:3); 'timeslice' on bad-"
+        f"split-b-0 ({INV}group_vars/pool_split_b.yml:3); allowed: the same pool settings on every host of a "
+        "pool: set them in its pool group, or give the hosts different accel_pool names",
+        "accel_pool = 'split': the hosts of pool 'split' (groups pool_split_a, pool_split_b) disagree on "
+        "accel_timeslice_replicas: (not set) on bad-split-a-0; 4 on bad-split-b-0 "
+        f"({INV}group_vars/pool_split_b.yml:4); allowed: the same pool settings on every host of a pool: set "
+        "them in its pool group, or give the hosts different accel_pool names",
+    ],
+    'bad-split-b-0': [
+        "accel_pool = 'split': the hosts of pool 'split' (groups pool_split_a, pool_split_b) disagree on "
+        f"accel_mode: 'pgpu' on bad-split-a-0 ({INV}group_vars/pool_split_a.yml:3); 'timeslice' on bad-"
+        f"split-b-0 ({INV}group_vars/pool_split_b.yml:3); allowed: the same pool settings on every host of a "
+        "pool: set them in its pool group, or give the hosts different accel_pool names",
+        "accel_pool = 'split': the hosts of pool 'split' (groups pool_split_a, pool_split_b) disagree on "
+        "accel_timeslice_replicas: (not set) on bad-split-a-0; 4 on bad-split-b-0 "
+        f"({INV}group_vars/pool_split_b.yml:4); allowed: the same pool settings on every host of a pool: set "
+        "them in its pool group, or give the hosts different accel_pool names",
+    ],
+    'bad-twin-0': [
+        "group_names = ['pool_ok_pgpu', 'pool_twin_vgpu']: different modes on one host: pool_ok_pgpu "
+        "(accel_mode=pgpu), pool_twin_vgpu (accel_mode=vgpu); allowed: exactly one pool group under "
+        "gpu_pools, so one mode per host",
+    ],
+    'bad-vcuda-0': [
         # The host is this machine (local connection): its real cgroup hierarchy and containerd are read.
-        *(["accel_vgpu_backend = 'gpu-manager': the host runs cgroup v2; GPU-Manager v1.1.5 reads cgroup v1 paths "
-           "only; allowed: hami on cgroup v2 hosts; gpu-manager only on cgroup v1 hosts"]
-          if Path("/sys/fs/cgroup/cgroup.controllers").exists() else []),
-        "accel_driver_branch = '550': with accel_vgpu_backend 'gpu-manager' the planned driver branch ships a CUDA 12+ "
-        "driver, which GPU-Manager does not support; allowed: hami for CUDA 12 and newer drivers; gpu-manager only "
-        "with a CUDA 11.x driver (branch 520 or older)",
+        *([f"accel_vgpu_backend = 'gpu-manager' ({INV}group_vars/pool_vcuda_on_cuda12.yml:4): the host runs cgroup "
+           "v2; GPU-Manager v1.1.5 reads cgroup v1 paths only; allowed: hami on cgroup v2 hosts; gpu-manager only "
+           "on cgroup v1 hosts"] if Path("/sys/fs/cgroup/cgroup.controllers").exists() else []),
+        f"accel_vgpu_backend = 'gpu-manager' ({INV}group_vars/pool_vcuda_on_cuda12.yml:4): GPU-Manager does "
+        "not support the CUDA 12.4 driver (driver 550.54.15) on this host; allowed: hami for CUDA 12 and "
+        "newer drivers; gpu-manager only with a CUDA 11.x driver (branch 520 or older)",
+        f"accel_driver_branch = '550' ({INV}group_vars/pool_vcuda_on_cuda12.yml:5): with accel_vgpu_backend "
+        "'gpu-manager' the planned driver branch ships a CUDA 12+ driver, which GPU-Manager does not support;"
+        " allowed: hami for CUDA 12 and newer drivers; gpu-manager only with a CUDA 11.x driver (branch 520 "
+        "or older)",
     ],
-    "bad-mps-0": [
-        "accel_mode = 'mps': GPU 0 (NVIDIA A100-SXM4-80GB) has MIG enabled (current=True, pending=True); allowed: "
-        "accel_mode pgpu for MIG; vgpu, mps and timeslice need GPUs with MIG disabled (no accel_mig_geometry, "
-        "accel_mig_strategy none)",
-        "accel_mig_strategy = 'mixed': a MIG plan on a pool with accel_mode mps; allowed: accel_mode pgpu for MIG; "
-        "vgpu, mps and timeslice need GPUs with MIG disabled (no accel_mig_geometry, accel_mig_strategy none)",
-        "accel_mps_replicas = 64: out of range; allowed: an integer 2..48 (MPS clients per GPU)",
-    ],
-    "bad-mig-0": [
-        "accel_mig_geometry = 4g.40gbx1 + 3g.40gbx1 + 1g.10gbx1: no legal placement on A100-80GB on GPU 0 (NVIDIA "
-        "A100-SXM4-80GB) (needs 8/7 SM slices and 9/8 memory slices, and each profile may only start at its allowed "
-        "positions); allowed: a combination that fits, e.g. one of 7g.80gbx1; 3g.40gbx1 + 4g.40gbx1; 3g.40gbx2; "
-        "2g.20gbx2 + 3g.40gbx1",
-        # From the role's argument spec (types and choices), listed with the plan rules' problems.
-        "value of accel_vgpu_scheduler_policy must be one of: binpack, spread, got: fastest",
-    ],
-    "bad-mode-0": [
-        "accel_mode = 'mig': not a kube-accel mode; allowed: vgpu, pgpu, mps, timeslice (MIG slices are mode pgpu "
-        "with accel_mig_geometry)",
-    ],
-    "bad-vfio-0": [
-        "accel_numa_polcy = 'restricted': unknown variable (did you mean accel_numa_policy?); allowed: the variables "
-        "of kube-accel's inventory model (README)",
-        "mps_replicas = 4: unknown variable in pool group pool_vfio_no_iommu (did you mean accel_mps_replicas?); "
-        "allowed: the variables of kube-accel's inventory model (README)",
-        "accel_sriov_numvfs = 4: GPU 0 (Tesla T4) is not SR-IOV capable (sriov_totalvfs 0); allowed: 0..0",
-        "accel_vfio_passthrough = True: vfio-pci passthrough needs the IOMMU, which is neither enabled on this host "
-        "(no /sys/kernel/iommu_groups) nor planned (accel_iommu is false); allowed: accel_iommu: true with "
-        "accel_vfio_passthrough, or accel_vfio_passthrough: false",
-        "accel_vfio_pci_ids = '10de-1aef': not a PCI vendor:device ID; allowed: 4 hex digits, a colon, 4 hex digits, "
-        "e.g. \"10de:20b5\"",
-        "accel_kubernetes_version = '1.29': accel_numa_policy 'single-numa-node' (NUMA-aligned GPUs through the "
-        "kubelet Topology Manager) needs Kubernetes 1.30 or newer: kube-accel sets it in a kubelet --config-dir "
-        "drop-in, a flag kubelet accepts by default only from 1.30; allowed: >= 1.30, or accel_numa_policy none",
-    ],
-    "bad-names-0": [
-        "accel_pool = 'GPU pool': not a valid label value: it becomes the kube-accel.io/pool label and taint value; "
-        "allowed: at most 63 letters, digits, '-', '_' and '.', starting and ending with a letter or digit (Kubernetes "
-        "label value)",
-        "accel_driver_branch = '470': older than GPU 0 (NVIDIA H100 80GB HBM3) supports: H100-80GB needs driver "
-        "525.85.12; allowed: accel_driver_branch 525 or newer",
-    ],
-    "bad-split-a-0": [
-        "accel_pool = 'split': pool groups ['pool_split_a', 'pool_split_b'] name this pool with different settings "
-        "(accel_mode: pool_split_a='pgpu', pool_split_b='timeslice'; accel_timeslice_replicas: pool_split_a='(unset)', "
-        "pool_split_b=4); allowed: one pool group per accel_pool, or the same pool settings in every group naming it",
-    ],
-    "bad-split-b-0": [
-        "accel_pool = 'split': pool groups ['pool_split_a', 'pool_split_b'] name this pool with different settings "
-        "(accel_mode: pool_split_a='pgpu', pool_split_b='timeslice'; accel_timeslice_replicas: pool_split_a='(unset)', "
-        "pool_split_b=4); allowed: one pool group per accel_pool, or the same pool settings in every group naming it",
-    ],
-    "bad-twin-0": [
-        "group_names = ['pool_twin_vgpu', 'pool_ok_pgpu']: different modes on one host: pool_twin_vgpu "
-        "(accel_mode=vgpu), pool_ok_pgpu (accel_mode=pgpu); allowed: exactly one pool group under gpu_pools, so one "
-        "mode per host",
+    'bad-vfio-0': [
+        f"accel_numa_polcy = 'restricted' ({INV}group_vars/pool_vfio_no_iommu.yml:8): unknown variable (did "
+        "you mean accel_numa_policy?); allowed: the variables of kube-accel's inventory model (README, "
+        "docs/plan-checks.md)",
+        f"mps_replicas = 4 ({INV}group_vars/pool_vfio_no_iommu.yml:9): unknown variable (did you mean "
+        "accel_mps_replicas?); allowed: the variables of kube-accel's inventory model (README, docs/plan-"
+        "checks.md), and the variables of kube-accel's roles",
+        f"accel_vfio_pci_ids = ['10de:1eb8', '10de-1aef'] ({INV}group_vars/pool_vfio_no_iommu.yml:5): element "
+        "'10de-1aef': not a PCI vendor:device ID; allowed: 4 hex digits, a colon, 4 hex digits, e.g. "
+        "\"10de:20b5\"",
+        f"accel_sriov_numvfs = 4 ({INV}group_vars/pool_vfio_no_iommu.yml:6): GPU 0 (Tesla T4) is not SR-IOV "
+        "capable (sriov_totalvfs 0); allowed: 0..0",
+        f"accel_sriov_numvfs = 4 ({INV}group_vars/pool_vfio_no_iommu.yml:6): SR-IOV virtual functions need the"
+        " IOMMU, which is neither enabled on this host (no /sys/kernel/iommu_groups) nor planned (accel_iommu"
+        " is false); allowed: accel_iommu: true with accel_sriov_numvfs, or accel_sriov_numvfs: 0",
+        f"accel_vfio_passthrough = true ({INV}group_vars/pool_vfio_no_iommu.yml): vfio-pci passthrough needs "
+        "the IOMMU, which is neither enabled on this host (no /sys/kernel/iommu_groups) nor planned "
+        "(accel_iommu is false); allowed: accel_iommu: true with accel_vfio_passthrough, or "
+        "accel_vfio_passthrough: false",
+        f"accel_kubernetes_version = '1.29' ({INV}group_vars/all.yml:2): accel_numa_policy 'single-numa-node' "
+        "(NUMA-aligned GPUs through the kubelet Topology Manager) needs Kubernetes 1.30 or newer: kube-accel "
+        "sets it in a kubelet --config-dir drop-in, a flag kubelet accepts by default only from 1.30; "
+        "allowed: >= 1.30, or accel_numa_policy none",
     ],
 }
 RECAP = re.compile(r"^(\S+)\s*: ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", re.M)
@@ -136,30 +159,39 @@ def test_bad_plan_lists_every_problem_of_every_host(bad_run, host):
 def test_bad_plan_changes_nothing_and_stops_after_preflight(bad_run):
     proc, _ = bad_run
     stats = recap(proc.stdout)
-    assert set(stats) == {*EXPECTED, "ok-pgpu-0"}, proc.stdout
+    assert set(stats) == {*EXPECTED, "ok-pgpu-0", "localhost"}, proc.stdout
     assert all(s["changed"] == 0 and s["unreachable"] == 0 for s in stats.values()), stats
     assert {h for h, s in stats.items() if s["failed"]} == set(EXPECTED)
     # The good host passed its own checks, yet nothing ran on it after the preflight play.
     assert "ok-pgpu-0: plan OK (8 GPU(s); source snapshot:dual-socket-a100x8)" in proc.stdout
+    # The reporter (no kube_control_plane: localhost) found nothing wrong with the cluster settings.
+    assert "localhost: plan OK; cluster settings and inventory OK" in proc.stdout
     plays = re.findall(r"^PLAY \[(.+?)\]", proc.stdout, re.M)
     assert plays == ["Find the GPU hosts that can be reached", "Preflight checks on every reachable GPU host"], plays
 
 
-def test_cluster_settings_are_validated_on_every_host():
-    """Cluster-wide variables (group_vars/all) are checked too, every problem at once, nothing changed."""
-    proc, _ = playbook("ansible/site.yml", "--tags", "preflight", "-i", "inventories/tests/bad_plan", "--limit",
-                       "ok-pgpu-0", "-e", '{"accel_reboot_serial": "150%", "accel_image_registry": "https://mirror/", '
+def test_cluster_settings_are_checked_once_by_the_reporter():
+    """Cluster-wide variables are checked once, where the cluster play reads them (no kube_control_plane here: as
+    the first GPU host sees them), every problem at once, listed by the reporter (localhost), nothing changed."""
+    proc, _ = playbook("ansible/site.yml", "--tags", "preflight", "-i", "inventories/tests/bad_plan", "-e",
+                       '{"accel_reboot_serial": "150%", "accel_image_registry": "https://mirror/", '
                        '"accel_run_lock_wait": "1m", "accel_gpu_operator_chart_version": "latest", '
                        '"accel_image_pull_secrets": ["Reg Cred"]}')
     assert proc.returncode != 0, proc.stdout
-    assert [line.split(";")[0] for line in problem_lines(proc.stdout, "ok-pgpu-0")] == [
-        "accel_image_pull_secrets = 'Reg Cred': not an RFC 1123 subdomain: not a Secret name",
-        "accel_image_registry = 'https://mirror/': not a registry prefix (it replaces the registry of every image "
-        "reference)",
-        "accel_reboot_serial = '150%': '150%' is not a percentage 1..100",
-        "accel_run_lock_wait = '1m': not an integer",
-        "accel_gpu_operator_chart_version = 'latest': not a chart version",
-    ], proc.stdout
+    reporter = "bad-vcuda-0 (first GPU host, the inventory has no kube_control_plane)"
+    lines = [line.strip()[2:].split(";")[0] for line in proc.stdout.splitlines()
+             if line.startswith(" ") and line.strip().startswith(f"- {reporter}: ")]
+    assert sorted(lines) == sorted(f"{reporter}: {text}" for text in [
+        "accel_image_pull_secrets = ['Reg Cred'] (extra vars (-e)): element 'Reg Cred': not an RFC 1123 label: not a "
+        "Secret name the charts accept",
+        "accel_image_registry = 'https://mirror/' (extra vars (-e)): not a registry prefix (it replaces the registry "
+        "of every image reference)",
+        "accel_reboot_serial = '150%' (extra vars (-e)): '150%' is not a percentage 1..100",
+        "accel_run_lock_wait = '1m' (extra vars (-e)): the string '1m', not an integer",
+        "accel_gpu_operator_chart_version = 'latest' (extra vars (-e)): not a chart version",
+    ]), proc.stdout
+    # Listed once, by the reporter, not by every GPU host.
+    assert proc.stdout.count("accel_reboot_serial = '150%'") == 2  # the [ERROR] line and the failed result
     assert all(s["changed"] == 0 for s in recap(proc.stdout).values())
 
 
@@ -168,7 +200,8 @@ def test_lab_inventory_passes_preflight():
     proc, _ = playbook("ansible/preflight.yml", "-i", "inventories/lab", *LOCAL)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     stats = recap(proc.stdout)
-    assert set(stats) == {"lab-hami-0", "lab-hami-1", "lab-vcuda-0", "lab-pgpu-0", "lab-mps-0", "lab-mig-0",
+    assert set(stats) == {"lab-control-plane", "lab-hami-0", "lab-hami-1", "lab-vcuda-0", "lab-pgpu-0", "lab-mps-0",
+                          "lab-mig-0",
                           "lab-timeslice-0"}
     assert all(s["changed"] == 0 and s["failed"] == 0 for s in stats.values()), stats
     assert "lab-mig-0: plan OK (1 GPU(s); source snapshot:a100-80gb-mig)" in proc.stdout
@@ -180,5 +213,5 @@ def test_example_inventory_passes_preflight_before_drivers_exist():
                        "--check")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     stats = recap(proc.stdout)
-    assert len(stats) == 22 and all(s["changed"] == 0 and s["failed"] == 0 for s in stats.values()), stats
+    assert len(stats) == 23 and all(s["changed"] == 0 and s["failed"] == 0 for s in stats.values()), stats
     assert "plan OK (0 GPU(s), " in proc.stdout

@@ -45,6 +45,42 @@ IMAGES: dict[str, tuple[str, str, str]] = {
     "sandboxDevicePlugin": ("nvcr.io/nvidia", "kubevirt-gpu-device-plugin", "v1.6.0"),
 }
 UPSTREAM_REGISTRIES = ("nvcr.io", "registry.k8s.io", "docker.io")
+# The digests NVIDIA publishes for these tags: the GPU Operator v26.7.0 release's OLM bundle
+# (bundle/manifests/gpu-operator-certified.clusterserviceversion.yaml, relatedImages), the operator's own pins. The
+# operator pulls repository/image@version when version is a digest (v26.7.0 internal/image/image.go ImagePath), so
+# these operands (privileged node agents among them: mig-manager, dcgm-exporter) run exactly that image. The bundle
+# names no digest for the other tags (dcgm 4.6.0-1-ubi10 there, the driver by digest only, the operator itself as
+# main-latest): those are pulled by tag unless the site pins them (accel_image_digests). charts/pgpu and charts/mps
+# ship the same device plugin digest (tests/charts/test_operator_values.py checks they agree).
+PUBLISHED_DIGESTS: dict[str, str] = {
+    "nvcr.io/nvidia/k8s-device-plugin:v0.20.0":
+        "sha256:a61ba9fd8efb82f3a79f877f7580e02c1e8e7593f62473644bc9c79e315c3312",
+    "nvcr.io/nvidia/k8s/dcgm-exporter:4.6.0-4.8.3-distroless":
+        "sha256:613ab03c11d442fd960ff515f547e9921537454a712d08160bc8f677f89f1c35",
+    "nvcr.io/nvidia/cloud-native/k8s-mig-manager:v0.15.0":
+        "sha256:cab2cf9deafc9602da69d0832a82958a7687f22f4a2f19674099dc9a5c4ea8e2",
+    "nvcr.io/nvidia/cloud-native/k8s-driver-manager:v0.12.0":
+        "sha256:7d98d08a751cc528d1c8c8bdc2f9d9fcd59714b158a3985a5a0262f1620098e4",
+    "nvcr.io/nvidia/k8s/container-toolkit:v1.20.0":
+        "sha256:f8c647d581f7c8b178efdb7e6c94f5fb6eb12ebc05e2157fa314d327560fcb7a",
+    "nvcr.io/nvidia/kubevirt-gpu-device-plugin:v1.6.0":
+        "sha256:367c597799aa6925f5bd2bc4bcdc45c26f018d13cdc2ce9aaf1ca07c492c6d9e",
+}
+
+
+# Operands whose image the operator chart itself writes as repository/image:version (templates/_helpers.tpl
+# gpu-operator.fullimage, validator.fullimage, driver-manager.fullimage): never given a digest.
+CHART_BUILT_IMAGES = ("operator", "validator", "driver.manager")
+
+
+def _digest(repository: str, image: str, tag: str, site: dict[str, str]) -> str:
+    """The digest an operand is pulled by ("": by tag): the site's ("repository:tag" as the charts key it, without
+    the registry host; "" pulls by tag) over the one NVIDIA publishes for that exact upstream image and tag."""
+    host, _unused, path = repository.partition("/")
+    key = f"{path if host in UPSTREAM_REGISTRIES else repository}/{image}:{tag}"
+    if key in site:
+        return str(site[key] or "")
+    return PUBLISHED_DIGESTS.get(f"{repository}/{image}:{tag}", "")
 
 
 def _flag(cluster: dict[str, Any], key: str, default: bool) -> bool:
@@ -97,7 +133,8 @@ def gpu_operator_values(pools: list[dict[str, Any]], cluster: dict[str, Any] | N
       image_registry (""), image_pull_secrets ([]), service_monitor (False), service_monitor_interval ("15s"),
       service_monitor_labels ({}: ServiceMonitor labels a Prometheus selects on), dcgm_exporter (True),
       driver_managed_by_kube_accel (True), toolkit_managed_by_kube_accel (True), nfd (False), gfd (False),
-      cdi (False), psa (True), mig_with_reboot (False), image_overrides ({operand: {repository, image, version}}).
+      cdi (False), psa (True), mig_with_reboot (False), image_overrides ({operand: {repository, image, version}}),
+      image_digests ({"repository:tag": "sha256:..."}, as the charts' global.imageDigests).
     The container runtime is not an input: v26.7.0 detects it per node (state_manager.go getRuntime) and its chart
     no longer reads operator.defaultRuntime.
     """
@@ -105,6 +142,7 @@ def gpu_operator_values(pools: list[dict[str, Any]], cluster: dict[str, Any] | N
     registry = cluster.get("image_registry") or ""
     secrets = list(cluster.get("image_pull_secrets") or [])
     overrides = cluster.get("image_overrides") or {}
+    site_digests = dict(cluster.get("image_digests") or {})
     unknown = set(overrides) - set(IMAGES)
     if unknown:
         raise ValueError(f"image_overrides has unknown operand(s) {', '.join(sorted(unknown))}; "
@@ -123,7 +161,10 @@ def gpu_operator_values(pools: list[dict[str, Any]], cluster: dict[str, Any] | N
         node = section(operand)
         node["repository"] = _mirror(spec["repository"], registry)
         node["image"] = spec["image"]
-        node["version"] = str(spec["version"])
+        # A digest replaces the tag: the operator then pulls repository/image@digest.
+        digest = "" if operand in CHART_BUILT_IMAGES else _digest(str(spec["repository"]), str(spec["image"]),
+                                                                    str(spec["version"]), site_digests)
+        node["version"] = digest or str(spec["version"])
         if operand != "driver.manager":  # the driver manager inherits the driver's pull secrets
             node["imagePullSecrets"] = list(secrets)
 
@@ -217,5 +258,11 @@ def operator_images(values: dict[str, Any]) -> list[str]:
         node = values
         for part in operand.split("."):
             node = node[part]
-        out.append(f"{node['repository']}/{node['image']}:{node['version']}")
+        version = str(node["version"])
+        if version.startswith("sha256:"):
+            # With the tag a mirror stores the digest under, where it is the default one.
+            tag = IMAGES[operand][2] if node["image"] == IMAGES[operand][1] else ""
+            out.append(f"{node['repository']}/{node['image']}{':' + tag if tag else ''}@{version}")
+        else:
+            out.append(f"{node['repository']}/{node['image']}:{version}")
     return sorted(set(out))

@@ -30,8 +30,10 @@ def test_image_list(helm):
         "docker.io/tkestack/gpu-quota-admission:v1.0.0",
         "registry.k8s.io/kube-scheduler:v1.36.2",
         "nvcr.io/nvidia/gpu-operator:v26.7.0",
-        "nvcr.io/nvidia/cloud-native/k8s-mig-manager:v0.15.0",
-        "nvcr.io/nvidia/k8s/dcgm-exporter:4.6.0-4.8.3-distroless",
+        "nvcr.io/nvidia/cloud-native/k8s-mig-manager:v0.15.0"
+        "@sha256:cab2cf9deafc9602da69d0832a82958a7687f22f4a2f19674099dc9a5c4ea8e2",
+        "nvcr.io/nvidia/k8s/dcgm-exporter:4.6.0-4.8.3-distroless"
+        "@sha256:613ab03c11d442fd960ff515f547e9921537454a712d08160bc8f677f89f1c35",
     }
     assert expected <= set(images), expected - set(images)
     assert not [i for i in images if "example.net" in i], "mirror references leaked into the upstream list"

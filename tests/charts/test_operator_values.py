@@ -97,8 +97,11 @@ def test_private_registry_rewrites_every_image():
     assert values["dcgmExporter"]["serviceMonitor"]["relabelings"] == [
         {"action": "labeldrop", "regex": "namespace|pod|container"}]
     images = opv.operator_images(values)
-    assert "registry.dc1.example.net/mirror/nvidia/k8s/dcgm-exporter:4.6.0-4.8.3-distroless" in images
-    assert "registry.dc1.example.net/mirror/nvidia/k8s-device-plugin:v0.20.0" in images  # GFD on
+    # Pulled by the digests NVIDIA's operator bundle pins for these tags; listed with the tag to mirror them under.
+    assert ("registry.dc1.example.net/mirror/nvidia/k8s/dcgm-exporter:4.6.0-4.8.3-distroless"
+            "@sha256:613ab03c11d442fd960ff515f547e9921537454a712d08160bc8f677f89f1c35") in images
+    assert ("registry.dc1.example.net/mirror/nvidia/k8s-device-plugin:v0.20.0"
+            "@sha256:a61ba9fd8efb82f3a79f877f7580e02c1e8e7593f62473644bc9c79e315c3312") in images  # GFD on
     assert not any("driver:" in i or "container-toolkit" in i for i in images)
 
 
@@ -235,3 +238,37 @@ def test_string_flags_from_ansible():
     assert values["nfd"] == {"enabled": True} and values["cdi"] == {"enabled": False}
     with pytest.raises(ValueError, match="service_monitor='maybe' is not a boolean"):
         opv.gpu_operator_values(LAB_POOLS, {"service_monitor": "maybe"})
+
+
+def test_node_agents_run_the_digests_nvidia_publishes_and_the_site_may_pin_its_own():
+    """Issue 31.4: the operator's privileged node agents (mig-manager, dcgm-exporter, GFD) run the image NVIDIA's
+    v26.7.0 bundle pins for their tag; accel_image_digests replaces it ("" pulls by tag); the images the operator
+    chart writes as repository/image:version never get a digest (that would be image:sha256:...)."""
+    values = opv.gpu_operator_values(LAB_POOLS, {"service_monitor": False})
+    assert errors(values) == []
+    mig_manager = "nvcr.io/nvidia/cloud-native/k8s-mig-manager:v0.15.0"
+    assert values["migManager"]["version"] == opv.PUBLISHED_DIGESTS[mig_manager]
+    assert values["dcgm"]["version"] == "4.6.0-1-ubuntu24.04"  # no digest published for this tag
+    assert values["operator"]["version"] == values["validator"]["version"] == opv.OPERATOR_CHART_VERSION
+    site = "sha256:" + "ef" * 32
+    pinned = opv.gpu_operator_values(LAB_POOLS, {"service_monitor": False, "image_digests": {
+        "nvidia/cloud-native/k8s-mig-manager:v0.15.0": site, "nvidia/k8s/dcgm-exporter:4.6.0-4.8.3-distroless": "",
+        "nvidia/gpu-operator:" + opv.OPERATOR_CHART_VERSION: site}})
+    assert errors(pinned) == []
+    assert pinned["migManager"]["version"] == site
+    assert pinned["dcgmExporter"]["version"] == "4.6.0-4.8.3-distroless"
+    assert pinned["operator"]["version"] == opv.OPERATOR_CHART_VERSION
+    assert pinned["nodeStatusExporter"]["version"] == site
+    # A tag other than the one the digest was published for gets none.
+    other = opv.gpu_operator_values(LAB_POOLS, {"image_overrides": {"migManager": {"version": "v0.16.0"}}})
+    assert other["migManager"]["version"] == "v0.16.0"
+
+
+def test_the_charts_ship_the_operator_bundles_device_plugin_digest():
+    for chart in ("pgpu", "mps"):
+        image = yaml.safe_load((REPO / "charts" / chart / "values.yaml").read_text())["image"]
+        ref = f"{image['registry']}/{image['repository']}:{image['tag']}"
+        assert image["digest"] == opv.PUBLISHED_DIGESTS[ref], chart
+    passthrough = yaml.safe_load((REPO / "charts" / "pgpu" / "values.yaml").read_text())["passthrough"]["image"]
+    ref = f"{passthrough['registry']}/{passthrough['repository']}:{passthrough['tag']}"
+    assert passthrough["digest"] == opv.PUBLISHED_DIGESTS[ref]

@@ -494,11 +494,15 @@ def test_cluster_play_checks_pod_security_before_installing():
 
 
 def test_redhat_toolkit_repository_checks_signatures():
-    """Issue 20.10: packages and metadata are checked against NVIDIA's published key."""
-    (task, _) = yaml.safe_load((REPO / "roles" / "container_toolkit" / "tasks" / "repo-redhat.yml").read_text())
-    repo = task["ansible.builtin.yum_repository"]
+    """Issue 20.10: packages and metadata are checked against NVIDIA's published key; issue 31.4: dnf reads that key
+    from the local copy the role wrote after checking its fingerprint (tasks/repo_key.yml, imported first)."""
+    tasks = yaml.safe_load((REPO / "roles" / "container_toolkit" / "tasks" / "repo-redhat.yml").read_text())
+    assert tasks[0]["ansible.builtin.import_tasks"] == "repo_key.yml"
+    (repo,) = [t["ansible.builtin.yum_repository"] for t in tasks if "ansible.builtin.yum_repository" in t]
     assert repo["gpgcheck"] is True and repo["repo_gpgcheck"] is True
-    assert repo["gpgkey"] == "{{ container_toolkit_repo_key_url }}"
+    assert repo["gpgkey"] == "file://{{ container_toolkit_keyring }}"
+    rh_vars = yaml.safe_load((REPO / "roles" / "container_toolkit" / "vars" / "RedHat.yml").read_text())
+    assert rh_vars["container_toolkit_keyring"].startswith("/etc/pki/rpm-gpg/")
     defaults = yaml.safe_load((REPO / "roles" / "container_toolkit" / "defaults" / "main.yml").read_text())
     assert defaults["container_toolkit_repo_key_url"] == "{{ container_toolkit_repo_base_url }}/gpgkey"
     assert defaults["container_toolkit_repo_base_url"] == "https://nvidia.github.io/libnvidia-container"

@@ -57,11 +57,17 @@ def test_every_node_agent_write_is_limited_to_its_node(helm, values):
         for p in mine:
             spec = p["spec"]
             assert spec["failurePolicy"] == "Fail"
-            assert [v["expression"] for v in spec["variables"]] == [
-                f"'{NODE_NAME_KEY}' in request.userInfo.extra ? request.userInfo.extra['{NODE_NAME_KEY}'][0] : ''"]
+            assert spec["variables"][0] == {"name": "node", "expression": (
+                f"has(request.userInfo.extra) && '{NODE_NAME_KEY}' in request.userInfo.extra ? "
+                f"request.userInfo.extra['{NODE_NAME_KEY}'][0] : ''")}
             exprs = [v["expression"] for v in spec["validations"]]
             assert exprs[0] == "variables.node != ''"  # a token bound to no node may write nothing
             assert any("== variables.node" in e for e in exprs[1:])
+            # Field by field (issue 31.3): no spec change, labels and annotations only from the agent's own lists,
+            # finalizers and owner references untouched (the lists: tests/conformance, the lab proves the rest).
+            assert "request.operation != 'UPDATE' || object.spec == oldObject.spec" in exprs
+            assert {"size(variables.badLabels) == 0", "size(variables.badAnnotations) == 0"} <= set(exprs)
+            assert any("finalizers" in e and "ownerReferences" in e for e in exprs)
     assert sorted((b["spec"]["policyName"], tuple(b["spec"]["validationActions"])) for b in bindings) == sorted(
         (name, ("Deny",)) for name in policies)
 

@@ -15,6 +15,7 @@ from chartlib import (
     NAMESPACE,
     containers,
     pod_spec,
+    pool_terms,
     release_name,
     render,
     selected_pools,
@@ -89,8 +90,11 @@ def test_common_facts(helm, chart, values):
                 assert "ALL" in sc.get("capabilities", {}).get("drop", []), f"{what}/{c['name']} keeps capabilities"
         if pull_secrets:
             assert [s["name"] for s in spec.get("imagePullSecrets", [])] == pull_secrets, what
-        # Node-level and test pods of the release land only on the release's pools (or passthrough pools).
-        if obj["kind"] in ("DaemonSet", "Job") and pools and "affinity" in spec:
+        # Node-level and test pods of the release land only on the release's pools (or passthrough pools); pods
+        # holding cluster-wide tokens (certgen Jobs) only off every pool (tests/charts/test_vgpu_tenant_policy.py).
+        off_pools = {"key": accel_constants.LABELS["pool"], "operator": "DoesNotExist"}
+        if (obj["kind"] in ("DaemonSet", "Job") and pools and "affinity" in spec
+                and off_pools not in sum(pool_terms(spec), [])):
             got = selected_pools(spec, accel_constants.LABELS["pool"])
             passthrough = set(((vals.get("passthrough") or {}).get("pools")) or [])
             assert got in (pools, passthrough), f"{what} selects pools {got}, values say {pools}"

@@ -15,7 +15,8 @@ import subprocess
 
 import pytest
 import upstream
-from chartlib import container, env, one, rules
+import yaml
+from chartlib import container, env, helm_template, one, rules
 from fake_apiserver import FakeAPIServer, closed_port_kubeconfig
 from vgpu_cases import granted, grants, params, render_case
 
@@ -127,3 +128,73 @@ def test_gpu_manager_flags_exist_upstream(tmp_path, name, release, values):
     for flag in flags:
         name_ = flag.removeprefix("--").split("=", 1)[0]
         assert name_ in defined, f"EXTRA_FLAGS {flag}: gpu-manager v1.1.5 has no such flag"
+
+
+# Issue 31 (3): gpu-manager's writes on its node and the pods it allocates, field by field: (kind, how, key, file,
+# line, text). Its node labeler writes the GPU model label and those of --node-labels (cmd/manager/app/app.go:70-79,
+# parsed from EXTRA_FLAGS); the allocator patches its choice onto the pod and, when an allocation fails, sends the
+# pod to pods/status with phase Failed and no annotations at all.
+GM_AGENT_WRITES = [
+    ("nodes", "label", "gaia.tencent.com/gpu-model", "pkg/services/watchdog/label.go", 34,
+     'gpuModelLabel = "gaia.tencent.com/gpu-model"'),
+    ("nodes", "label", "", "pkg/services/watchdog/label.go", 135, "node.Labels[k] = l"),
+    ("nodes", "label", "", "cmd/manager/app/app.go", 75, "cfg.NodeLabels[kvs[0]] = kvs[1]"),
+    ("pods", "prefix", "tencent.com/predicate-gpu-idx-", "pkg/services/allocator/nvidia/allocator.go", 1003,
+     "annotationMap[types.PredicateGPUIndexPrefix+strconv.Itoa(i)] = predicateIndexStr"),
+    ("pods", "set", "tencent.com/gpu-assigned", "pkg/services/allocator/nvidia/allocator.go", 1005,
+     "annotationMap[types.GPUAssigned] = strconv.FormatBool(assigned)"),
+    ("pods", "status", "", "pkg/services/allocator/nvidia/allocator.go", 946, "Phase:   v1.PodFailed,"),
+    ("pods", "status", "", "pkg/services/allocator/nvidia/allocator.go", 950, "ar.pod.Annotations = nil"),
+]
+GM_TYPES = [
+    ("pkg/types/types.go", 26, 'PredicateGPUIndexPrefix = "tencent.com/predicate-gpu-idx-"'),
+    ("pkg/types/types.go", 27, 'GPUAssigned             = "tencent.com/gpu-assigned"'),
+]
+
+
+@pytest.mark.parametrize("row", [r[3:] for r in GM_AGENT_WRITES] + GM_TYPES, ids=lambda r: f"{r[0]}:{r[1]}")
+def test_agent_write_table_cites_gpu_manager(row):
+    file, line, needle = row
+    assert needle in _line(GPU_MANAGER, file, line), f"{file}:{line} no longer holds {needle!r}"
+
+
+@pytest.mark.parametrize(("name", "release", "values"), GM_CASES)
+def test_node_agent_policy_allows_exactly_gpu_managers_writes(tmp_path, name, release, values):
+    """The own-node policies give gpu-manager's token its labels (the GPU model and --node-labels keys) and the pod
+    annotations above, through pods/status only phase Failed with annotations removed (the lab proves each)."""
+    import json  # noqa: PLC0415
+
+    flags = (values.get("gpuManager") or {}).get("extraFlags") or []
+    extra = [item.split("=", 1)[0] for f in flags if f.startswith("--node-labels=")
+             for item in f.removeprefix("--node-labels=").split(",") if item]
+    objs = render_case(tmp_path, release, values)
+
+    def var(kind: str, name: str) -> str:
+        spec = one(objs, "ValidatingAdmissionPolicy", f"{release}-own-{kind}")["spec"]
+        return next(v["expression"] for v in spec["variables"] if v["name"] == name)
+
+    def lists(expr: str) -> list[list[str]]:
+        return [json.loads(m) for m in re.findall(r'\[(?:"[^"]*"(?:,"[^"]*")*)?\]', expr)]
+
+    labels = [k for c, how, k, *_ in GM_AGENT_WRITES if c == "nodes" and how == "label" and k]
+    assert lists(var("nodes", "badLabels")) == [labels + extra]
+    assert lists(var("nodes", "badAnnotations"))[:2] == [[], []]
+    sets = [k for c, how, k, *_ in GM_AGENT_WRITES if c == "pods" and how == "set"]
+    prefixes = [k for c, how, k, *_ in GM_AGENT_WRITES if c == "pods" and how == "prefix"]
+    assert lists(var("pods", "badAnnotations"))[:2] == [sets, prefixes]
+    assert lists(var("pods", "badLabels")) == [[]]
+    assert var("pods", "badAnnotations").startswith("variables.status ? variables.setAnnotations :")
+
+
+def test_node_labels_flag_is_checked(tmp_path):
+    """gpu-manager may not be told to set NodeRestriction's or kube-accel's labels through --node-labels."""
+    for bad in ("--node-labels=node-role.kubernetes.io/gpu=x", "--node-labels=a.example/x=1,kube-accel.io/pool=p",
+                "--node-labels"):
+        path = tmp_path / "v.yaml"
+        path.write_text(yaml.safe_dump({"backend": "gpu-manager", "pools": ["p"],
+                                        "gpuManager": {"extraFlags": [bad]}}))
+        proc = helm_template("vgpu", [path])
+        assert proc.returncode != 0 and "--node-labels" in proc.stderr, (bad, proc.stderr)
+    path.write_text(yaml.safe_dump({"backend": "gpu-manager", "pools": ["p"],
+                                    "gpuManager": {"extraFlags": ["--node-labels=example.com/rack=r1"]}}))
+    assert helm_template("vgpu", [path]).returncode == 0

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 import upstream
 import yaml
-from chartlib import container, env, helm_template, mounts, one, pod_spec, rules
+from chartlib import NAMESPACE, container, env, helm_template, mounts, one, pod_spec, rules
 from fake_apiserver import FakeAPIServer, closed_port_kubeconfig
 from vgpu_cases import granted, grants, label_selector_matches, params, render_case
 
@@ -244,22 +244,36 @@ def test_topology_aware_values_case(tmp_path):
 
 @pytest.mark.parametrize(("name", "release", "values"), HAMI_CASES)
 def test_webhook_skips_its_own_pods_and_ignored_namespaces(tmp_path, name, release, values):
-    """Issue 20 (1, 2): pods serving the webhook and the certgen Jobs are skipped by the objectSelector, and a
-    namespace labelled hami.io/webhook=ignore by the namespaceSelector (as upstream's chart and NOTES say)."""
+    """Issue 20 (1, 2), issue 31 (2): a pod author cannot opt out of HAMi's webhook: in every namespace it serves
+    (all but kube-system, the release's and those an administrator labels hami.io/webhook=ignore) it has no
+    objectSelector. Only in the release namespace, where the administrator alone creates pods, do the chart's own
+    pods (scheduler, device plugin, certgen Jobs) skip it by the pod label, while the chart's own test pod goes
+    through it."""
     objs = render_case(tmp_path, release, values)
-    (hook,) = one(objs, "MutatingWebhookConfiguration", f"{release}-webhook")["webhooks"]
+    tenants, own_ns = one(objs, "MutatingWebhookConfiguration", f"{release}-webhook")["webhooks"]
+    assert (tenants["name"], own_ns["name"]) == ("vgpu.hami.io", "release-namespace.vgpu.hami.io")
+    assert "objectSelector" not in tenants
+    ns = tenants["namespaceSelector"]
+    assert not label_selector_matches(ns, {"kubernetes.io/metadata.name": "team-a", "hami.io/webhook": "ignore"})
+    assert not label_selector_matches(ns, {"kubernetes.io/metadata.name": "kube-system"})
+    assert not label_selector_matches(ns, {"kubernetes.io/metadata.name": NAMESPACE})
+    assert label_selector_matches(ns, {"kubernetes.io/metadata.name": "team-a"})
+    own_sel = own_ns["namespaceSelector"]
+    assert label_selector_matches(own_sel, {"kubernetes.io/metadata.name": NAMESPACE})
+    assert not label_selector_matches(own_sel, {"kubernetes.io/metadata.name": "team-a"})
     own = [o for o in objs if o["kind"] in ("Deployment", "DaemonSet", "Job")
            and not o["metadata"]["name"].endswith("-test")]
     assert own
     for obj in own:
+        assert obj["metadata"]["namespace"] == NAMESPACE
         labels = obj["spec"]["template"]["metadata"]["labels"]
-        assert not label_selector_matches(hook["objectSelector"], labels), obj["metadata"]["name"]
+        assert not label_selector_matches(own_ns["objectSelector"], labels), obj["metadata"]["name"]
     test_pod = one(objs, "Job", "-test")["spec"]["template"]["metadata"]["labels"]
-    assert label_selector_matches(hook["objectSelector"], test_pod)
-    ns = hook["namespaceSelector"]
-    assert not label_selector_matches(ns, {"kubernetes.io/metadata.name": "team-a", "hami.io/webhook": "ignore"})
-    assert not label_selector_matches(ns, {"kubernetes.io/metadata.name": "kube-system"})
-    assert label_selector_matches(ns, {"kubernetes.io/metadata.name": "team-a"})
+    assert label_selector_matches(own_ns["objectSelector"], test_pod)
+    # Both entries call the same handler the same way; kube-webhook-certgen's patch writes every webhook's caBundle
+    # and failurePolicy (kubernetes/ingress-nginx images/kube-webhook-certgen/rootfs/pkg/k8s/k8s.go patchMutating).
+    same = ("clientConfig", "rules", "failurePolicy", "sideEffects", "timeoutSeconds", "matchConditions")
+    assert [tenants.get(k) for k in same] == [own_ns.get(k) for k in same]
 
 
 # Why a pod naming no extended resource may skip HAMi's webhook (matchConditions): the handler gives a pod HAMi's
@@ -296,14 +310,22 @@ def test_webhook_gate_still_matches_hami():
 def test_webhook_sends_only_pods_naming_an_extended_resource(tmp_path, name, release, values):
     """Issue 20 (1): with failurePolicy Fail and the scheduler down, a pod asking for no GPU is still admitted
     (the lab proves it on the API server: test_hami_lab.py); matchConditions exist from Kubernetes 1.28."""
-    objs = render_case(tmp_path, release, values)
-    device = yaml.safe_load(one(objs, "ConfigMap", f"{release}-device-config")["data"]["device-config.yaml"])
-    assert device["nvidia"]["overwriteEnv"] is False
+    # overwriteEnv (on since issue 31.1) would also write NVIDIA_VISIBLE_DEVICES=none into pods naming no extended
+    # resource, which these skip: the NVIDIA runtime now ignores that variable in unprivileged containers
+    # (container_toolkit), so nothing is lost (tests/conformance/test_hami_runtime.py).
+    asked = ((values.get("hami") or {}).get("webhook") or {}).get("failurePolicy", "Ignore")
     for kube, present in (("1.25.0", False), ("1.27.0", False), ("1.28.0", True), ("1.36.0", True)):
-        (hook,) = one(render_case(tmp_path, release, values, kube), "MutatingWebhookConfiguration",
-                      f"{release}-webhook")["webhooks"]
+        objs = render_case(tmp_path, release, values, kube)
+        hooks = one(objs, "MutatingWebhookConfiguration", f"{release}-webhook")["webhooks"]
         want = [{"name": "requests-extended-resource", "expression": EXTENDED_ONLY}] if present else None
-        assert hook.get("matchConditions") == want, kube
+        # Issue 31 (low): without matchConditions, Fail would refuse every pod of every namespace the webhook serves
+        # while the scheduler is down: it is rendered as Ignore there, and the certgen patch writes the same.
+        policy = asked if present else "Ignore"
+        for hook in hooks:
+            assert hook.get("matchConditions") == want, kube
+            assert hook["failurePolicy"] == policy, kube
+        for job in (o for o in objs if o["kind"] == "Job" and o["metadata"]["name"].endswith("-certgen-patch")):
+            assert f"--patch-failure-policy={policy}" in container(job, "patch")["args"], kube
 
 def _ingress(objs: list[dict], name: str) -> dict[int, list | None]:
     """port -> peers allowed (None = any source)."""
@@ -358,3 +380,227 @@ def test_schema_refuses_unsafe_lib_path(tmp_path):
     path.write_text(yaml.safe_dump({"backend": "hami", "pools": ["p"],
                                     "hami": {"devicePlugin": {"libPath": "/opt/hami-1.0/vgpu"}}}))
     assert helm_template("vgpu", [path]).returncode == 0
+
+
+# -- Issue 31 (2, 3): what a pod author and the node agent may not write, from HAMi v2.10.0 and HAMi-core 8f3a89c --
+
+# HAMi-core (libvgpu: the in-container enforcement) is read from its pinned archive in $KA_UPSTREAM_SRC.
+HAMI_CORE_ARCHIVE = "hami-core-8f3a89c.tar.gz"
+HAMI_CORE_SHA256 = "3a5da45e1f276864238addf2c72aed1571b9aa2318c1c324b4869706ef234fb4"
+PLUGIN = "pkg/device-plugin/nvidiadevice/nvinternal/plugin"
+
+
+def _core_line(file: str, line: int) -> str:
+    import hashlib  # noqa: PLC0415
+    import tarfile  # noqa: PLC0415
+
+    archive = Path(os.environ.get("KA_UPSTREAM_SRC", upstream.REPO.parent / "shared" / "upstream")) / HAMI_CORE_ARCHIVE
+    if not archive.exists():
+        pytest.fail(f"{archive} missing: the HAMi-core source these rows cite ($KA_UPSTREAM_SRC, its README)")
+    assert hashlib.sha256(archive.read_bytes()).hexdigest() == HAMI_CORE_SHA256, f"{archive} is not the pinned one"
+    with tarfile.open(archive) as tar:
+        text = tar.extractfile(f"HAMi-core/{file}").read().decode()
+    return text.splitlines()[line - 1]
+
+
+# Pod annotations of HAMi's allocation protocol, where HAMi names them: its scheduler writes them (Filter:
+# pkg/scheduler/scheduler.go:1139, Bind: 1052), its device plugin picks the pod and the devices Allocate hands out
+# by them and its scheduler counts what is used from them (HAMI_ALLOCATION_READERS). Only those two may write them.
+HAMI_ALLOCATION_ANNOTATIONS = [
+    ("hami.io/vgpu-time", "pkg/util/types.go", 20, 'AssignedTimeAnnotations = "hami.io/vgpu-time"'),
+    ("hami.io/vgpu-node", "pkg/util/types.go", 21, 'AssignedNodeAnnotations = "hami.io/vgpu-node"'),
+    ("hami.io/bind-time", "pkg/util/types.go", 22, 'BindTimeAnnotations     = "hami.io/bind-time"'),
+    ("hami.io/bind-phase", "pkg/util/types.go", 23, 'DeviceBindPhase         = "hami.io/bind-phase"'),
+    ("hami.io/vgpu-devices-to-allocate", "pkg/device/nvidia/device.go", 167, '"hami.io/vgpu-devices-to-allocate"'),
+    ("hami.io/vgpu-devices-allocated", "pkg/device/nvidia/device.go", 168, '"hami.io/vgpu-devices-allocated"'),
+    ("hami.io/vgpu-mig-allocations", "pkg/device/nvidia/mig_allocations.go", 26, '"hami.io/vgpu-mig-allocations"'),
+]
+HAMI_ALLOCATION_READERS = [
+    ("pkg/util/util.go", 97, "p.Annotations[BindTimeAnnotations]"),
+    ("pkg/util/util.go", 100, "p.Annotations[DeviceBindPhase]"),
+    ("pkg/util/util.go", 109, "p.Annotations[AssignedNodeAnnotations]"),
+    (f"{PLUGIN}/server.go", 764, "decodePodSingleDevice(nvidia.NvidiaGPUDevice, current)"),
+    (f"{PLUGIN}/server.go", 381, "DecodeMigAllocations(pod.Annotations[nvidia.MigAllocationsAnnotation])"),
+    ("pkg/scheduler/scheduler.go", 144, "pod.Annotations[util.AssignedNodeAnnotations]"),
+]
+# Pod annotations HAMi reads as the user's own scheduling choice: left free.
+HAMI_USER_KNOBS = [
+    ("hami.io/node-scheduler-policy", "pkg/util/types.go", 87, '"hami.io/node-scheduler-policy"'),
+    ("hami.io/gpu-scheduler-policy", "pkg/util/types.go", 89, '"hami.io/gpu-scheduler-policy"'),
+    ("hami.io/device-scoring-weights", "pkg/util/types.go", 91, '"hami.io/device-scoring-weights"'),
+]
+# Every other hami.io/ name of the NVIDIA path is a node annotation or the scheduler's own pod label.
+HAMI_OTHER_NAMES = {"hami.io/mutex.lock", "hami.io/node-handshake", "hami.io/node-nvidia-register",
+                    "hami.io/node-nvidia-score", "hami.io/device-cordon", "hami.io/scheduler-role"}
+
+# Environment variables a container with a HAMi allocation may not set: (name, "hami"|"core", file, line, text,
+# why). The pod's env reaches the container after the device plugin's (kubelet GenerateRunContainerOptions,
+# kubernetes v1.36.3 pkg/kubelet/kubelet_pods.go:632,656) and containerd keeps the last value of a name
+# (containerd v2.4.2 pkg/oci/spec_opts.go:198-221), so the pod's value wins over what HAMi sets. A name ending in
+# "_" is a prefix (HAMi-core appends the device index).
+HAMI_ENV = [
+    ("CUDA_DISABLE_CONTROL", "hami", f"{PLUGIN}/server.go", 868, '"CUDA_DISABLE_CONTROL"',
+     "true: the plugin does not mount /etc/ld.so.preload (line 880), so HAMi-core is never loaded"),
+    ("CUDA_DEVICE_MEMORY_LIMIT", "core", "src/multiprocess/multiprocess_memory_limit.c", 179,
+     "get_limit_from_env(CUDA_DEVICE_MEMORY_LIMIT)", "memory limit of each device without its own"),
+    ("CUDA_DEVICE_MEMORY_LIMIT_", "core", "src/multiprocess/multiprocess_memory_limit.c", 183,
+     '"%s_%d", CUDA_DEVICE_MEMORY_LIMIT', "per-device memory limit, which the plugin sets (server.go:835)"),
+    ("CUDA_DEVICE_SM_LIMIT", "core", "src/multiprocess/multiprocess_memory_limit.c", 196,
+     "get_limit_from_env(CUDA_DEVICE_SM_LIMIT)", "SM limit, which the plugin sets (server.go:837)"),
+    ("CUDA_DEVICE_SM_LIMIT_", "core", "src/multiprocess/multiprocess_memory_limit.c", 201,
+     '"%s_%d", CUDA_DEVICE_SM_LIMIT', "per-device SM limit"),
+    ("CUDA_DEVICE_MEMORY_SHARED_CACHE", "core", "src/multiprocess/multiprocess_memory_limit.c", 1077,
+     "getenv(MULTIPROCESS_SHARED_REGION_CACHE_ENV)",
+     "a shared region of its own: limits read afresh from env, usage unseen by the monitor (plugin: server.go:838)"),
+    ("GPU_CORE_UTILIZATION_POLICY", "core", "src/multiprocess/multiprocess_memory_limit.c", 1047,
+     'getenv("GPU_CORE_UTILIZATION_POLICY")', "disable turns the SM limit off"),
+    ("CUDA_TASK_PRIORITY", "core", "src/multiprocess/multiprocess_memory_limit.c", 1140,
+     "getenv(CUDA_TASK_PRIORITY_ENV)", "the priority HAMi's monitor suspends neighbours by"),
+    ("CUDA_REDIRECT", "core", "src/libvgpu.c", 95, 'getenv("CUDA_REDIRECT")',
+     "dlopens another library in place of libvgpu.so for the dlsym hook"),
+    ("NVIDIA_VISIBLE_DEVICES", "hami", f"{PLUGIN}/server.go", 1058, "response.Envs[deviceListEnvVar]",
+     "the plugin's device list (envvar strategy)"),
+]
+# HAMi's own webhook writes these two into a GPU container: the policy accepts exactly its values.
+HAMI_WEBHOOK_ENV = [
+    ("CUDA_TASK_PRIORITY", "pkg/device/nvidia/device.go", 355, "Name:  util.TaskPriority,"),
+    ("GPU_CORE_UTILIZATION_POLICY", "pkg/device/nvidia/device.go", 363, "Name:  util.CoreLimitSwitch,"),
+]
+# What the plugin mounts into a container with an allocation (HOOK_PATH/vgpu = the chart's libPath); a pod's volume
+# at the same depth is mounted after it (kubelet_pods.go:663; containerd sorts mounts by depth, stably:
+# internal/cri/opts/spec_opts.go:97-108) and so hides it.
+HAMI_PLUGIN_MOUNTS = [
+    (f"{PLUGIN}/server.go", 856, 'ContainerPath: fmt.Sprintf("%s/vgpu/libvgpu.so", hostHookPath)'),
+    (f"{PLUGIN}/server.go", 859, 'ContainerPath: fmt.Sprintf("%s/vgpu", hostHookPath)'),
+    (f"{PLUGIN}/server.go", 862, 'ContainerPath: "/tmp/vgpulock"'),
+    (f"{PLUGIN}/server.go", 880, 'ContainerPath: "/etc/ld.so.preload"'),
+]
+# The device plugin's writes on its node and on the pods it allocates: (kind, how, key, file, line, text).
+HAMI_AGENT_WRITES = [
+    ("nodes", "set", "hami.io/node-nvidia-register", f"{PLUGIN}/register.go", 298,
+     "annos[nvidia.RegisterAnnos] = encodeddevices"),
+    ("nodes", "set", "hami.io/node-nvidia-score", f"{PLUGIN}/register.go", 300,
+     "annos[nvidia.RegisterGPUPairScore] = string(data)"),
+    # The scheduler takes the node lock (nodelock.go:159); the plugin only releases it.
+    ("nodes", "remove", "hami.io/mutex.lock", "pkg/util/nodelock/nodelock.go", 222, '{"%s":null}'),
+    ("pods", "set", "hami.io/vgpu-devices-to-allocate", f"{PLUGIN}/util.go", 137,
+     "annoKey := device.InRequestDevices[dtype]"),
+    ("pods", "set", "hami.io/bind-phase", f"{PLUGIN}/util.go", 398,
+     "newAnnos := map[string]string{util.DeviceBindPhase: deviceBindPhase}"),
+    ("pods", "set", "hami.io/vgpu-mig-allocations", f"{PLUGIN}/server.go", 411,
+     "nvidia.MigAllocationsAnnotation: string(raw)"),
+]
+# PatchPodAnnotations adds a pod label only with hami.io/vgpu-node (the scheduler's), never from the plugin's writes.
+HAMI_AGENT_NO_LABEL = ("pkg/util/util.go", 189, "if v, ok := annotations[AssignedNodeAnnotations]; ok && v != \"\" {")
+
+CITED = ([(f, n, t) for _, f, n, t in HAMI_ALLOCATION_ANNOTATIONS + HAMI_USER_KNOBS] + HAMI_ALLOCATION_READERS
+         + [(f, n, t) for _, f, n, t in HAMI_WEBHOOK_ENV] + HAMI_PLUGIN_MOUNTS
+         + [(f, n, t) for *_, f, n, t in HAMI_AGENT_WRITES] + [HAMI_AGENT_NO_LABEL]
+         + [(f, n, t) for _, src, f, n, t, _ in HAMI_ENV if src == "hami"])
+
+
+@pytest.mark.parametrize("row", CITED, ids=lambda r: f"{r[0]}:{r[1]}")
+def test_tenant_and_agent_tables_cite_hami(row):
+    file, line, needle = row
+    assert needle in _line(upstream.HAMI, file, line), f"{file}:{line} no longer holds {needle!r}: update the table"
+
+
+@pytest.mark.parametrize("row", [r for r in HAMI_ENV if r[1] == "core"], ids=lambda r: r[0])
+def test_env_table_cites_hami_core(row):
+    name, _, file, line, needle, _ = row
+    assert needle in _core_line(file, line), f"HAMi-core {file}:{line} no longer holds {needle!r}"
+
+
+def test_every_hami_name_is_classified():
+    """Every hami.io/ name HAMi's NVIDIA path uses is an allocation annotation, a user knob or a node/scheduler
+    name: a new one fails here until it is placed (and the tenant policy follows)."""
+    import re  # noqa: PLC0415
+
+    root = upstream.src(upstream.HAMI)
+    found = set()
+    for base in ("pkg/util", "pkg/device/nvidia", "pkg/device-plugin", "pkg/scheduler", "cmd"):
+        for path in (root / base).rglob("*.go"):
+            if not path.name.endswith("_test.go"):
+                found |= set(re.findall(r'"(hami\.io/[^"%]+)"', path.read_text()))
+    found |= set(re.findall(r'"(hami\.io/[^"%]+)"', (root / "pkg/device/devices.go").read_text()))
+    known = {k for k, *_ in HAMI_ALLOCATION_ANNOTATIONS + HAMI_USER_KNOBS} | HAMI_OTHER_NAMES
+    assert found == known
+
+
+def _policy(objs: list[dict], name: str) -> dict:
+    return one(objs, "ValidatingAdmissionPolicy", name)["spec"]
+
+
+def _var(spec: dict, name: str) -> str:
+    return next(v["expression"] for v in spec["variables"] if v["name"] == name)
+
+
+def _lists(expression: str) -> list[list[str]]:
+    """The JSON string lists a rendered CEL expression carries, in order (an empty [] result left out)."""
+    import re  # noqa: PLC0415
+
+    lists = [json.loads(m) for m in re.findall(r'\[(?:"[^"]*"(?:,"[^"]*")*)?\]', expression)]
+    return [x for x in lists if x] or lists
+
+
+@pytest.mark.parametrize(("name", "release", "values"), HAMI_CASES)
+def test_tenant_policy_is_the_table(tmp_path, name, release, values):
+    """The tenant policy (templates/hami/tenant-policy.yaml) names exactly the tables' annotations, knobs, env and
+    mount paths; its regexes catch every spelling of the plugin's mount paths and nothing beside them (Python's re
+    agrees with RE2 on these); HAMi's own identities are the ones exempted (the lab proves the refusals)."""
+    import re  # noqa: PLC0415
+
+    objs = render_case(tmp_path, release, values)
+    spec = _policy(objs, f"{release}-hami-tenant")
+    assert spec["failurePolicy"] == "Fail"
+    hami = values.get("hami") or {}
+    (exempt,) = _lists(spec["matchConditions"][0]["expression"])
+    assert sorted(exempt) == sorted(f"system:serviceaccount:{NAMESPACE}:{release}-{c}"
+                                    for c in ("scheduler", "device-plugin"))
+    assert _lists(_var(spec, "hamiAnnotations"))[-1] == [k for k, *_ in HAMI_USER_KNOBS]
+    assert "k.startsWith('hami.io/')" in _var(spec, "hamiAnnotations")
+    names = {"count": "nvidia.com/gpu", "memory": "nvidia.com/gpumem",
+             "memoryPercentage": "nvidia.com/gpumem-percentage", "cores": "nvidia.com/gpucores",
+             "priority": "nvidia.com/priority", **(hami.get("resourceNames") or {})}
+    assert set(_lists(_var(spec, "hamiContainers"))[0]) == set(names.values())
+    exact, prefixes = _lists(_var(spec, "badEnv"))[:2]
+    conditional = {n for n, *_ in HAMI_WEBHOOK_ENV}
+    assert set(exact) | conditional == {n for n, *_ in HAMI_ENV if not n.endswith("_")}
+    assert set(prefixes) == {n for n, *_ in HAMI_ENV if n.endswith("_")}
+    env_from = _lists(_var(spec, "badEnvFrom"))
+    assert set(env_from[0]) == {n for n, *_ in HAMI_ENV if not n.endswith("_")} and env_from[1] == prefixes
+    (regexes,) = _lists(_var(spec, "badMounts"))
+    lib = (hami.get("devicePlugin") or {}).get("libPath", "/usr/local/vgpu")
+    hit = [f"{lib}/libvgpu.so", lib, f"{lib}/", f"/{lib}//./libvgpu.so", "/tmp/vgpulock", "/tmp//vgpulock/lock",
+           "/etc/ld.so.preload", "/etc//./ld.so.preload/", "/x/ld.so.preload", "/etc/x/../ld.so.preload", "/a/.."]
+    miss = ["/etc", "/usr/local", f"{lib}x", "/tmp", "/tmp/vgpulockx", "/etc/ld.so.preloadx", "/data", "/a/..b",
+            "/etc/ld.so.conf.d"]
+    for path in hit:
+        assert any(re.search(r, path) for r in regexes), path
+    for path in miss:
+        assert not any(re.search(r, path) for r in regexes), path
+    policy = (hami.get("gpuCorePolicy") or "default")
+    assert f"e.value == {json.dumps('' if policy == 'default' else policy)}" in _var(spec, "badEnv")
+
+
+def test_no_tenant_policy_below_1_30_or_when_off(tmp_path):
+    _, release, values = next(p.values for p in HAMI_CASES)
+    for kube in ("1.25.0", "1.29.0"):
+        assert not [o for o in render_case(tmp_path, release, values, kube) if o["metadata"]["name"].endswith(
+            "-hami-tenant")]
+    off = {**values, "hami": {**(values.get("hami") or {}), "tenantPolicy": False}}
+    assert not [o for o in render_case(tmp_path, release, off) if o["metadata"]["name"].endswith("-hami-tenant")]
+
+
+@pytest.mark.parametrize(("name", "release", "values"), HAMI_CASES)
+def test_node_agent_policy_allows_exactly_hamis_writes(tmp_path, name, release, values):
+    """Issue 31 (3): the own-node policies let the device plugin's token change only the annotations HAMi's
+    device plugin writes (set, or for the node lock only remove), and no label."""
+    objs = render_case(tmp_path, release, values)
+    for kind in ("nodes", "pods"):
+        spec = _policy(objs, f"{release}-own-{kind}")
+        sets = [k for c, how, k, *_ in HAMI_AGENT_WRITES if c == kind and how == "set"]
+        removes = [k for c, how, k, *_ in HAMI_AGENT_WRITES if c == kind and how == "remove"]
+        assert json.loads(_var(spec, "mayRemove")) == sets + removes
+        assert _lists(_var(spec, "badAnnotations"))[0] == sets
+        assert _var(spec, "badLabels") == "variables.changedLabels.filter(k, !(k in []))"

@@ -15,6 +15,18 @@
 {{- if or (hasPrefix "--container-runtime-endpoint" .) (hasPrefix "--cgroup-driver" .) -}}
 {{- fail (printf "gpuManager.extraFlags has %q: set gpuManager.containerRuntimeEndpoint / gpuManager.cgroupDriver instead" .) -}}
 {{- end -}}
+{{- /* gpu-manager labels its node with these (cmd/manager/app/app.go:70-79); the node-agent policy allows exactly them. */ -}}
+{{- if and (hasPrefix "--node-labels" .) (not (hasPrefix "--node-labels=" .)) -}}
+{{- fail (printf "gpuManager.extraFlags has %q: write --node-labels=key=value,... as one entry (the node-agent policy reads the keys from it)" .) -}}
+{{- end -}}
+{{- if hasPrefix "--node-labels=" . -}}
+{{- range (trimPrefix "--node-labels=" .) | splitList "," -}}
+{{- $key := . | splitList "=" | first -}}
+{{- if and . (or (contains "kubernetes.io/" $key) (contains "k8s.io/" $key) (hasPrefix (printf "%s/" (dir $.Values.poolLabelKey)) $key)) -}}
+{{- fail (printf "gpuManager.extraFlags --node-labels has %q: gpu-manager may not set labels under kubernetes.io/, k8s.io/ (NodeRestriction's and the kubelet's) or %s/ (kube-accel's pools); use a key of your own domain" $key (dir $.Values.poolLabelKey)) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
 {{- end -}}
 {{- end -}}
 {{- if eq .Values.backend "hami" -}}
@@ -191,4 +203,26 @@ spec:
   {{- else }}
   ingress: []
   {{- end }}
+{{- end -}}
+
+{{/*
+Placement of the pods that hold cluster-wide tokens (the schedulers with HAMi's extender and webhook, gpu-admission,
+the certgen Jobs): never a node of any kube-accel pool (node label poolLabelKey), where privileged node agents and
+tenants' GPU pods run and a container escape would reach those tokens; they tolerate the control-plane taint, the
+usual home of cluster components. clusterComponents.avoidPoolNodes false lifts the rule (a cluster whose every
+node is in a pool). Call with the root context; renders pod-spec keys.
+*/}}
+{{- define "vgpu.clusterComponentPlacement" -}}
+{{- if .Values.clusterComponents.avoidPoolNodes }}
+affinity:
+  nodeAffinity:
+    requiredDuringSchedulingIgnoredDuringExecution:
+      nodeSelectorTerms:
+        - matchExpressions:
+            - {key: {{ .Values.poolLabelKey | quote }}, operator: DoesNotExist}
+{{- end }}
+{{- with .Values.clusterComponents.tolerations }}
+tolerations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
 {{- end -}}

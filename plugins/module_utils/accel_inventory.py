@@ -49,6 +49,8 @@ HAMI_MAX_SCALING = 10
 PGPU = {"accel_mode": ("pgpu",)}
 TIMESLICE = {"accel_mode": ("timeslice",)}
 HAMI = {"accel_mode": ("vgpu",), "accel_vgpu_backend": ("hami",)}
+OPERATOR = {"accel_gpu_operator_enabled": (True,)}
+MONITORING = {"accel_monitoring_enabled": (True,)}
 
 
 def _var(scope, type_, description, **extra):
@@ -92,33 +94,34 @@ VARIABLES: dict[str, dict] = {
     "accel_gpu_operator_enabled": _var("cluster", "bool", "Deploy the NVIDIA GPU Operator (MIG manager, DCGM "
                                        "exporter).", default=False),
     "accel_gpu_operator_chart": _var("cluster", "str", "GPU Operator chart repository URL or path.",
-                                     default="https://helm.ngc.nvidia.com/nvidia", grammar="chart_source"),
+                                     default="https://helm.ngc.nvidia.com/nvidia", grammar="chart_source",
+                                     applies=OPERATOR),
     "accel_gpu_operator_chart_version": _var("cluster", "str", "GPU Operator chart version.",
-                                             default=GPU_OPERATOR_VERSION, grammar="chart_version"),
+                                             default=GPU_OPERATOR_VERSION, grammar="chart_version", applies=OPERATOR),
     "accel_gpu_operator_chart_fallback": _var("cluster", "str", "Local GPU Operator chart (directory or .tgz on "
                                               "the cluster host) installed when the accel_gpu_operator_chart "
                                               "repository does not answer; empty skips the install then, with a "
-                                              "message.", grammar="path"),
+                                              "message.", grammar="path", applies=OPERATOR),
     "accel_gpu_operator_service_monitor": _var("cluster", "bool", "Create a Prometheus ServiceMonitor for the "
                                                "DCGM exporter (it drops the target's namespace/pod/container "
                                                "labels so that the exporter's own labels name the pod using each GPU).",
-                                               default=False),
+                                               default=False, applies=OPERATOR),
     "accel_gpu_operator_service_monitor_labels": _var("cluster", "dict", "Labels on the DCGM exporter's "
                                                       "ServiceMonitor, for a Prometheus that selects "
                                                       "ServiceMonitors by label (e.g. release: "
-                                                      "kube-prometheus-stack).", grammar="labels"),
+                                                      "kube-prometheus-stack).", grammar="labels", applies=OPERATOR),
     "accel_monitoring_enabled": _var("cluster", "bool", "Install charts/monitoring: Grafana dashboard, PrometheusRule "
                                      "alerts (where the Prometheus Operator's CRD exists) (docs/monitoring.md).",
                                      default=False),
     "accel_monitoring_rule_labels": _var("cluster", "dict", "Labels on the PrometheusRule, for a Prometheus that "
                                          "selects rules by label (e.g. release: kube-prometheus-stack).",
-                                         grammar="labels"),
+                                         grammar="labels", applies=MONITORING),
     "accel_monitoring_dashboards_namespace": _var("cluster", "str", "Namespace of the dashboard ConfigMap (one "
                                                   "Grafana's sidecar watches); empty = accel_namespace.",
-                                                  grammar="namespace_or_empty"),
+                                                  grammar="namespace_or_empty", applies=MONITORING),
     "accel_monitoring_hpa_adapter_namespace": _var("cluster", "str", "prometheus-adapter's namespace: writes its "
                                                    "rules there (GPU metrics per pod for HPAs); empty = none.",
-                                                   grammar="namespace_or_empty"),
+                                                   grammar="namespace_or_empty", applies=MONITORING),
     # Per pool (group_vars of a group under gpu_pools).
     "accel_pool": _var("pool", "str", "Pool name; becomes the kube-accel.io/pool node label and part of the names of "
                        "the objects kube-accel creates for the pool; required on every GPU host.", grammar="pool_name"),

@@ -295,6 +295,14 @@ class _Checker:
                 self.out["cluster"].extend(texts)
             else:
                 good[var] = reference[var]["value"]
+        # Cluster settings for a component the cluster does not install (its values would be silently ignored).
+        for var in sorted(good):
+            entry = VARIABLES[var]
+            if entry.get("applies") and not _applies(entry, good) and good[var] not in (
+                    entry.get("default"), None, "", [], {}):
+                self.out["cluster"].append(problem(
+                    who, var, reference[var], f"set while the component it configures is off (it applies with "
+                    f"{_applies_text(entry)})", "remove it, or turn the component on"))
         for var, entry in VARIABLES.items():
             if entry["scope"] != "cluster":
                 continue

@@ -354,3 +354,22 @@ def test_numeric_limits_are_the_charts(name):
     assert entry.get("maximum") == schema.get("maximum")
     assert entry.get("minimum") == schema.get("minimum")
     assert entry.get("exclusive_minimum") == schema.get("exclusiveMinimum")
+
+
+def test_cluster_settings_of_a_component_that_is_off():
+    cluster = {"accel_gpu_operator_service_monitor": rec(True, "all.yml:3"),
+               "accel_monitoring_rule_labels": rec({"release": "prom"}, "all.yml:4"),
+               "accel_gpu_operator_chart_version": rec("v26.7.0", "all.yml:5")}
+    inv = inventory(groups={"pool_a": pool_group(["h1"])},
+                    effective={"cp": cluster, "h1": {**cluster, **effective(pool="a", mode="pgpu")}},
+                    gpu_hosts=["h1"], cluster_host="cp")
+    assert accel_plan_inventory.check(inv)["cluster"] == [
+        "cp (kube_control_plane[0]): accel_gpu_operator_service_monitor = true (all.yml:3): set while the component it "
+        "configures is off (it applies with accel_gpu_operator_enabled true); allowed: remove it, or turn the "
+        "component on",
+        "cp (kube_control_plane[0]): accel_monitoring_rule_labels = {'release': 'prom'} (all.yml:4): set while the "
+        "component it configures is off (it applies with accel_monitoring_enabled true); allowed: remove it, or turn "
+        "the component on"]
+    on = {"accel_gpu_operator_enabled": rec(True), "accel_monitoring_enabled": rec(True)}
+    inv["effective"] = {"cp": {**cluster, **on}, "h1": {**cluster, **on, **effective(pool="a", mode="pgpu")}}
+    assert accel_plan_inventory.check(inv)["cluster"] == []

@@ -33,7 +33,8 @@ options:
       - C(resources) maps a resource name to the expected allocatable quantity per node (0 means any positive quantity).
       - Optional C(scheduler_name) (HAMi pools), the scheduler HAMi's webhook must set on the Job's pod.
       - Optional C(pod_labels), extra labels of the Job's pod (other pools in a cluster with HAMi carry
-        hami.io/webhook=ignore, as their workloads must).
+        hami.io/webhook=ignore, which HAMi's webhook honours only in the release namespace the Jobs run in; workloads
+        elsewhere run in namespaces an administrator labels so).
       - Optional C(operands) maps a GPU Operator operand DaemonSet name to whether it must run on the pool's nodes
         (checked with O(operator_namespace)).
     type: list

@@ -30,7 +30,8 @@ LONGEST_FIRST = ("roles/nvidia_driver:dkms", ".:sriov_vfio", ".:site", "roles/nv
 STAGE = re.compile(r"\b([a-z_]+)\]?:?\s+Executing\b")
 # Go-built commands a scenario's prepare copies onto its hosts (scripts/upstream.sh proxy NAME), built here because
 # this lane runs beside the toolchain's Go builds: a cold CI ran container_toolkit before containerd 2.x existed.
-UPSTREAM_COMMANDS = {"roles/container_toolkit:default": ("containerd-",)}
+# container_toolkit: containerd 2.x and its shim ("containerd-"), ctr, crictl and NVIDIA's runtime for the CRI attack.
+UPSTREAM_COMMANDS = {"roles/container_toolkit:default": ("containerd-", "ctr-", "crictl-", "nvidia-container-runtime-")}
 
 
 def scenarios() -> list[Scenario]:

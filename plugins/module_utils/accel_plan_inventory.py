@@ -432,9 +432,10 @@ class _Checker:
                 if len(values) < 2:
                     continue
                 described = "; ".join(
-                    f"{shown(hosts[0][1]['value']) if hosts[0][1] else '(not set)'} on {_names(h for h, _ in hosts)}"
+                    f"{shown(hosts[0][1]['value']) if hosts[0][1] else '(not set)'} on "
+                    f"{_names(host for host, _record in hosts)}"
                     + (f" ({_origin(hosts[0][1])})" if _origin(hosts[0][1]) else "")
-                    for _, hosts in sorted(values.items(), key=lambda item: -len(item[1])))
+                    for hosts in sorted(values.values(), key=lambda found: -len(found)))
                 groups = sorted({g for h in members for g in self.memberships.get(h) or []})
                 for host in members:
                     record = (self.effective.get(host) or {}).get(var)
@@ -460,7 +461,7 @@ def _depths(groups: dict) -> dict:
     """Each group's depth below ``all`` (the longest path), as Ansible orders group variables."""
     depth = {"all": 0}
     frontier = ["all"]
-    for _ in range(len(groups) + 1):
+    for _round in range(len(groups) + 1):
         nxt = []
         for group in frontier:
             for child in groups.get(group, {}).get("children") or []:

@@ -84,6 +84,7 @@ def build(root: Path) -> Path:
         "---\n"
         'accel_kubernetes_version: "1.36"\n'
         "accel_namespace: kube-accel\n"
+        "accel_control_plane_cidrs: [10.0.0.10/32]\n"
         'accel_driver_branch: "535"\n'
         f'accel_nvml_snapshot: "{REPO}/tests/data/nvml/{{{{ accel_lab_gpu }}}}.json"\n')
     return root / "hosts.yml"

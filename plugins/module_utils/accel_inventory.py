@@ -82,6 +82,17 @@ VARIABLES: dict[str, dict] = {
                                       "kube-scheduler that calls an extender: the only pod-network sources the HAMi "
                                       "webhook/extender and gpu-admission ports accept where NetworkPolicies are "
                                       "enforced.", elements="str", grammar="cidr"),
+    "accel_metrics_cidrs": _var("cluster", "list", "Addresses (CIDRs) allowed to scrape the vGPU agents' metrics "
+                                "ports (HAMi 9394/9395, gpu-manager's, which also serves /debug/pprof/) where "
+                                "NetworkPolicies are enforced; with accel_metrics_namespaces empty too: none.",
+                                elements="str",
+                                grammar="cidr", default=[]),
+    "accel_metrics_namespaces": _var("cluster", "list", "Namespaces whose pods may scrape those metrics ports (e.g. "
+                                     "your Prometheus's), matched by their kubernetes.io/metadata.name label.",
+                                     elements="str", grammar="namespace", default=[]),
+    "accel_image_digests": _var("cluster", "dict", "Pull these images by digest (charts and GPU Operator operands): "
+                                "\"repository:tag\" (no registry host) -> \"sha256:<64 hex>\", or \"\" to pull by "
+                                "tag; wins over the shipped digests.", grammar="image_digests", default={}),
     "accel_reboot_policy": _var("cluster", "str", "\"auto\" cordons, drains, reboots and uncordons in batches; "
                                 "\"defer\" only reports hosts that need a reboot.", choices=["auto", "defer"],
                                 default="defer"),

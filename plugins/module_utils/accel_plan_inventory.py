@@ -30,15 +30,22 @@ import difflib
 from collections import defaultdict
 
 from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_k8s_names as names
+from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_chart_values import (
+    cluster_problems,
+    cluster_settings,
+)
+from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_constants import MODES
 from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_inventory import (
     RUNTIME_FACTS,
     VARIABLES,
     default_of,
+    defaults,
     did_you_mean,
 )
 from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_values import shown, value_problems
 
 POOLS_GROUP = "gpu_pools"
+CIDRS_ALLOWED = "the API servers' addresses as CIDRs (e.g. [10.0.0.11/32]), or [0.0.0.0/0, ::/0] to admit any source"
 CLUSTER_GROUP = "kube_control_plane"
 MODEL_ALLOWED = "the variables of kube-accel's inventory model (README, docs/plan-checks.md)"
 # Variables of Ansible itself that an inventory may set without being kube-accel's.
@@ -295,6 +302,17 @@ class _Checker:
                 self.out["cluster"].extend(texts)
             else:
                 good[var] = reference[var]["value"]
+        # Pools the cluster settings cannot serve (accel_chart_values.cluster_problems: a HAMi pool without the API
+        # servers' CIDRs would have its webhook port shut to them).
+        pools = {}
+        for host in self.gpu_hosts:
+            mine = self.effective.get(host) or {}
+            settings = {k: r.get("value") for k, r in mine.items() if not r.get("error")}
+            if isinstance(settings.get("accel_pool"), str) and settings.get("accel_mode") in MODES:
+                pools.setdefault(settings["accel_pool"], {"pool": settings["accel_pool"],
+                                                          "settings": {**defaults("pool"), **settings}})
+        for sentence in cluster_problems(list(pools.values()), cluster_settings(good)):
+            self.out["cluster"].append(f"{who}: {sentence}; allowed: {CIDRS_ALLOWED}")
         # Cluster settings for a component the cluster does not install (its values would be silently ignored).
         for var in sorted(good):
             entry = VARIABLES[var]

@@ -317,6 +317,20 @@ def _labels(value) -> str:
     return "; ".join(problems)
 
 
+IMAGE_KEY_RE = re.compile(r"[a-z0-9]+([._/-][a-z0-9]+)*:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
+DIGEST_RE = re.compile(r"sha256:[a-f0-9]{64}")
+
+
+def _image_digests(value) -> str:
+    problems = []
+    for key, digest in value.items():
+        if not isinstance(key, str) or not IMAGE_KEY_RE.fullmatch(key):
+            problems.append(f"key {shown(key)} is not \"repository:tag\" without the registry host")
+        if not isinstance(digest, str) or not (digest == "" or DIGEST_RE.fullmatch(digest)):
+            problems.append(f"the digest of {shown(key)} is {_kind(digest)}, not \"sha256:\" and 64 hex digits")
+    return "; ".join(problems)
+
+
 def _pool_name(value) -> str:
     what = names.dns1123_label(value)
     if what:
@@ -402,6 +416,8 @@ GRAMMARS = {
     "driver_branch": (_driver_branch, "a driver branch of three digits, e.g. \"550\""),
     "pci_id": (_pci_id, "4 hex digits, a colon, 4 hex digits, e.g. \"10de:20b5\""),
     "file_name": (_file_name, "a file name of letters, digits, '.', '_' and '-'"),
+    "image_digests": (_image_digests, "a mapping of \"repository:tag\" (e.g. \"projecthami/hami:v2.10.0\") to "
+                                      "\"sha256:\" and 64 lower-case hex digits, or \"\" to pull by tag"),
     "host_runtime": (_host_runtime, "{cgroup_version: 1 or 2, containerd_version: \"X.Y.Z\"}"),
 }
 

@@ -59,6 +59,7 @@ def write_inventory(root: Path, hosts: int) -> Path:
         "ansible_python_interpreter": sys.executable,
         "accel_kubernetes_version": "1.36",
         "accel_namespace": "kube-accel",
+        "accel_control_plane_cidrs": ["10.0.0.10/32"],
         "accel_driver_branch": "550",
         "accel_lab": True,
         "accel_nvml_snapshot": f"{SNAPSHOTS}/{{{{ accel_lab_gpu }}}}.json",

@@ -373,3 +373,26 @@ def test_cluster_settings_of_a_component_that_is_off():
     on = {"accel_gpu_operator_enabled": rec(True), "accel_monitoring_enabled": rec(True)}
     inv["effective"] = {"cp": {**cluster, **on}, "h1": {**cluster, **on, **effective(pool="a", mode="pgpu")}}
     assert accel_plan_inventory.check(inv)["cluster"] == []
+
+
+def test_a_hami_pool_needs_the_api_servers_addresses():
+    gpu = effective(pool="v", mode="vgpu", vgpu_backend="hami")
+    inv = inventory(groups={"pool_v": pool_group(["h1"])}, effective={"cp": {}, "h1": gpu}, gpu_hosts=["h1"],
+                    cluster_host="cp")
+    (problem,) = accel_plan_inventory.check(inv)["cluster"]
+    assert problem.startswith("cp (kube_control_plane[0]): accel_control_plane_cidrs = []: pool(s) v use vGPU "
+                              "backend hami")
+    assert problem.endswith("; allowed: the API servers' addresses as CIDRs (e.g. [10.0.0.11/32]), or "
+                            "[0.0.0.0/0, ::/0] to admit any source")
+    cidrs = {"accel_control_plane_cidrs": rec(["10.0.0.11/32"])}
+    inv["effective"] = {"cp": cidrs, "h1": {**gpu, **cidrs}}
+    assert accel_plan_inventory.check(inv)["cluster"] == []
+
+
+def test_image_digests_grammar():
+    digest = "sha256:" + "a" * 64
+    assert whats("accel_image_digests", {"projecthami/hami:v2.10.0": digest, "nvidia/k8s-device-plugin:v0.20.0": ""}
+                 ) == []
+    (what,) = whats("accel_image_digests", {"docker.io/projecthami/hami": "sha256:abc"})
+    assert what == ("key 'docker.io/projecthami/hami' is not \"repository:tag\" without the registry host; the digest "
+                    "of 'docker.io/projecthami/hami' is the string 'sha256:abc', not \"sha256:\" and 64 hex digits")

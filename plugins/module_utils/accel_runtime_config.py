@@ -61,7 +61,7 @@ def check_settings(settings: object) -> dict:
         if kind is None:
             raise ValueError(f"settings: {key!r} is not a key of the NVIDIA container runtime's root table; allowed: "
                              + ", ".join(sorted(ROOT_KEYS)))
-        if type(value) is not kind:  # bool is an int subclass: exact types only
+        if not isinstance(value, kind):  # the kinds are bool and str: an int is neither
             raise ValueError(f"settings.{key}: {value!r} ({type(value).__name__}) is not what the toolkit reads "
                              f"there; allowed: a {kind.__name__}")
     return settings

@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
 """The local lab: a real Kubernetes control plane (kwokctl --runtime binary, locally built binaries, bound to
-127.0.0.1) with fake GPU nodes named after the lab inventory's GPU hosts, plus one podman container per host.
+127.0.0.1) with fake GPU nodes named after the lab inventory's GPU hosts, a fake control-plane node for its
+kube_control_plane host (role label and NoSchedule taint as kubeadm sets them: where the charts' cluster components
+run), plus one podman container per GPU host.
 
   lab.py up       start (or adopt) the cluster, apply the fake nodes, start the host containers
   lab.py down     delete the cluster (kwokctl stops its own processes by PID) and the host containers
@@ -215,6 +217,30 @@ def node_manifest(name: str, hostvars: dict, standins: bool = True) -> dict:
     }
 
 
+# The control-plane node's role label and taint, as kubeadm sets them.
+CONTROL_PLANE_ROLE = "node-role.kubernetes.io/control-plane"
+
+
+def control_plane_hosts(inv: dict) -> list[str]:
+    """The inventory's kube_control_plane hosts: fake nodes too, with no GPU."""
+    return sorted(inv.get("kube_control_plane", {}).get("hosts", []))
+
+
+def control_plane_manifest(name: str) -> dict:
+    """A control-plane node as kubeadm registers one: role label and NoSchedule taint, no GPU. Cluster components
+    that must stay off GPU nodes run here (charts/vgpu clusterComponents: cluster-wide tokens)."""
+    base = {"cpu": "16", "memory": "64Gi", "pods": "110"}
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name, "annotations": {"kwok.x-k8s.io/node": "fake"},
+                     "labels": {"type": "kwok", "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64",
+                                "kubernetes.io/hostname": name, CONTROL_PLANE_ROLE: ""}},
+        "spec": {"taints": [{"key": CONTROL_PLANE_ROLE, "effect": "NoSchedule"}]},
+        "status": {"capacity": base, "allocatable": base},
+    }
+
+
 def node_api(site: Site):
     from kubernetes import client, config  # noqa: PLC0415
 
@@ -235,12 +261,13 @@ def node_names_ready(api) -> tuple[set[str], set[str]]:
     return {n["metadata"]["name"] for n in items}, ready
 
 
-def apply_nodes(site: Site, hosts: dict[str, dict], standins: bool) -> None:
+def apply_nodes(site: Site, hosts: dict[str, dict], standins: bool, control_planes: list[str] = ()) -> None:
     api = node_api(site)
     existing, _ = node_names_ready(api)
+    names = sorted(hosts) + [n for n in control_planes if n not in hosts]
 
     def apply(name: str) -> None:
-        body = node_manifest(name, hosts[name], standins)
+        body = node_manifest(name, hosts[name], standins) if name in hosts else control_plane_manifest(name)
         if name in existing:
             api.patch_node(name, {"metadata": {"labels": body["metadata"]["labels"],
                                                "annotations": body["metadata"]["annotations"]}},
@@ -252,18 +279,19 @@ def apply_nodes(site: Site, hosts: dict[str, dict], standins: bool) -> None:
 
     started = time.time()
     with ThreadPoolExecutor(NODE_WORKERS) as pool:
-        list(pool.map(apply, sorted(hosts)))  # list(): re-raises the first failure
-    log(f"{len(hosts)} fake GPU nodes applied in {time.time() - started:.1f} s")
+        list(pool.map(apply, names))  # list(): re-raises the first failure
+    cp = f" and {len(names) - len(hosts)} control-plane node(s)" if len(names) > len(hosts) else ""
+    log(f"{len(hosts)} fake GPU nodes{cp} applied in {time.time() - started:.1f} s")
     # kwok marks nodes Ready at its own pace: allow a few seconds more per hundred nodes.
     timeout = 120 + len(hosts) // 10
     deadline = time.time() + timeout
     while time.time() < deadline:
         _, ready = node_names_ready(api)
-        if set(hosts) <= ready:
-            log(f"{len(hosts)} fake GPU nodes Ready after {time.time() - started:.1f} s")
+        if set(names) <= ready:
+            log(f"{len(hosts)} fake GPU nodes{cp} Ready after {time.time() - started:.1f} s")
             return
         time.sleep(1)
-    missing = sorted(set(hosts) - ready)
+    missing = sorted(set(names) - ready)
     sys.exit(f"[lab] {len(missing)} nodes not Ready after {timeout} s: {missing[:20]}")
 
 
@@ -330,8 +358,9 @@ def up(args: argparse.Namespace) -> None:
             "--wait", "3m", "--kubeconfig", str(site.kubeconfig), env=kwok_env(site), capture=False,
         )
         log(f"control plane up in {time.time() - started:.1f} s")
-    hosts = gpu_hosts(inventory(site.inventory))
-    apply_nodes(site, hosts, standins=not args.no_upstream)
+    inv = inventory(site.inventory)
+    hosts = gpu_hosts(inv)
+    apply_nodes(site, hosts, standins=not args.no_upstream, control_planes=control_plane_hosts(inv))
     if any(truthy(hv.get("accel_monitoring_enabled", False)) for hv in hosts.values()):
         apply_prometheus_rule_crd(site)
     if not args.no_hosts:

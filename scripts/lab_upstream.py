@@ -28,6 +28,14 @@ The API server reaches the webhook through a lab MutatingWebhookConfiguration: a
 webhook (rules, selectors, failurePolicy) whose clientConfig is a URL on 127.0.0.1 with the lab's own CA. The
 chart's copy names a Service, which a kwok cluster cannot route to (no pod network, no kube-proxy).
 
+Identities, so that the chart's admission policies judge the lab's HAMi writes as they judge the real ones: HAMi's
+scheduler and its kube-scheduler authenticate as the user name of the chart's scheduler ServiceAccount (a client
+certificate of the lab's CA), holding exactly the chart's grants for it (its ClusterRole's rules and the built-in
+scheduler roles, bound by the lab under kube-accel-lab-* names, since the chart is installed only later by the
+cluster play); the HAMi device-plugin stand-in writes each node's registration and its pods' allocation with a
+token of the chart's device-plugin ServiceAccount bound to that node's device-plugin pod, as the kubelet mounts it
+(the API server puts the node's name into it); only what the kubelet would write (capacity) is written as admin.
+
 Every process writes .lab/procs/NAME.log and NAME.pid; `lab.py down` stops them by PID. A component that does
 not come up stops `lab.py up` with its own last log lines.
 """
@@ -68,6 +76,7 @@ HAMI_BIND_PHASE = "hami.io/bind-phase"
 HAMI_NODE_LOCK = "hami.io/mutex.lock"
 HAMI_ASSIGNED_NODE = "hami.io/vgpu-node"
 HAMI_DEVICES_ALLOCATED = "hami.io/vgpu-devices-allocated"
+HAMI_DEVICES_TO_ALLOCATE = "hami.io/vgpu-devices-to-allocate"
 START_TIMEOUT = 60
 DP_STANDIN = "device-plugin-standin"
 RESTART_AFTER = 10  # seconds, the kubelet's first CrashLoopBackOff delay
@@ -237,6 +246,52 @@ def https_ok(url: str) -> bool:
         return r.status == 200
 
 
+def identity_kubeconfig(kubeconfig: Path, workdir: Path, name: str, user: str, groups: list[str]) -> Path:
+    """A kubeconfig of the lab cluster that authenticates as ``user`` in ``groups`` with a client certificate of the
+    lab's CA (the API server's x509 authenticator takes CN as the user name, O as groups)."""
+    cfg = yaml.safe_load(kubeconfig.read_text())
+    ca = Path(cfg["clusters"][0]["cluster"]["certificate-authority"])
+    key, csr, crt = workdir / f"{name}.key", workdir / f"{name}.csr", workdir / f"{name}.crt"
+    subject = f"/CN={user}" + "".join(f"/O={g}" for g in groups)
+    subprocess.run(["openssl", "req", "-new", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out", str(csr),
+                    "-subj", subject], check=True, capture_output=True)
+    subprocess.run(["openssl", "x509", "-req", "-in", str(csr), "-CA", str(ca), "-CAkey", str(ca.with_suffix(".key")),
+                    "-set_serial", str(int(time.time() * 1000)), "-days", "30", "-out", str(crt)],
+                   check=True, capture_output=True)
+    for entry in cfg["users"]:
+        entry["user"] = {"client-certificate": str(crt), "client-key": str(key)}
+    out = workdir / f"{name}.kubeconfig"
+    out.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    out.chmod(0o600)
+    return out
+
+
+def scheduler_grants(objs: list[dict], name: str, namespace: str, user: str) -> list[dict]:
+    """The chart's grants to its scheduler ServiceAccount, given to ``user`` under lab names: the extender's
+    ClusterRole rules and its Leases Role rules (one lab ClusterRole), the built-in kube-scheduler roles and the
+    authentication reader the chart binds."""
+    rules = one(objs, "ClusterRole", f"{name}-scheduler-extender")["rules"]
+    rules = rules + [r for o in objs if o["kind"] == "Role" and o["metadata"]["name"] in (
+        f"{name}-scheduler", f"{name}-scheduler-extender") for r in o["rules"]]
+    subject = [{"kind": "User", "name": user, "apiGroup": "rbac.authorization.k8s.io"}]
+    meta = {"labels": {"kube-accel.lab": "true"}}
+    lab = "kube-accel-lab-hami-scheduler"
+    out = [{"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+            "metadata": {"name": lab, **meta}, "rules": rules}]
+    for role in (lab, "system:kube-scheduler", "system:volume-scheduler"):
+        binding = lab if role == lab else f"{lab}-{role.removeprefix('system:')}"
+        out.append({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+                    "metadata": {"name": binding, **meta},
+                    "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+                    "subjects": subject})
+    out.append({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+                "metadata": {"name": lab, "namespace": "kube-system", **meta},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
+                            "name": "extension-apiserver-authentication-reader"},
+                "subjects": subject})
+    return out
+
+
 def start_hami(root: Path, kubeconfig: Path, release: dict, namespace: str, kube_version: str) -> dict:
     """hami-scheduler and its kube-scheduler as the chart runs them, the lab webhook, the device-plugin stand-in."""
     workdir = root / "hami"
@@ -258,11 +313,17 @@ def start_hami(root: Path, kubeconfig: Path, release: dict, namespace: str, kube
     field = {"metadata.name": "lab-hami-scheduler", "metadata.namespace": namespace}
     env = {e["name"]: field[e["valueFrom"]["fieldRef"]["fieldPath"]] if "valueFrom" in e else e["value"]
            for e in ext.get("env", [])}
-    env["KUBECONFIG"] = str(kubeconfig)
+    # The chart's scheduler ServiceAccount's user name and groups, with the chart's grants (module docstring).
+    user = f"system:serviceaccount:{namespace}:{name}-scheduler"
+    kubectl_apply(kubeconfig, scheduler_grants(objs, name, namespace, user), workdir / "grants.yaml",
+                  "lab grants of HAMi's scheduler")
+    identity = identity_kubeconfig(kubeconfig, workdir, "scheduler", user,
+                                   ["system:serviceaccounts", f"system:serviceaccounts:{namespace}"])
+    env["KUBECONFIG"] = str(identity)
     start(root, "hami-scheduler", [str(UPSTREAM_BIN / "hami-scheduler"), *args], env,
           lambda: https_ok(f"https://127.0.0.1:{port}/healthz"))
 
-    ks_port = start_kube_scheduler(root, "hami-kube-scheduler", workdir, kubeconfig, ks,
+    ks_port = start_kube_scheduler(root, "hami-kube-scheduler", workdir, identity, ks,
                                    one(objs, "ConfigMap", f"{name}-scheduler-config")["data"]["config.yaml"],
                                    {"https://127.0.0.1:8443": f"https://127.0.0.1:{port}"})
 
@@ -289,7 +350,7 @@ def start_hami(root: Path, kubeconfig: Path, release: dict, namespace: str, kube
           {"PYTHONUNBUFFERED": "1"}, ready.exists)
     info = {"release": name, "namespace": namespace, "port": port, "metrics_port": metrics,
             "kube_scheduler_port": ks_port, "scheduler_name": release["values"].get("hami", {}).get(
-                "schedulerName", "hami-scheduler"), "webhook": LAB_WEBHOOK}
+                "schedulerName", "hami-scheduler"), "webhook": LAB_WEBHOOK, "scheduler_user": user}
     (workdir / "info.json").write_text(json.dumps(info, indent=1))
     return info
 
@@ -475,25 +536,57 @@ def registration(gpus: list[dict], device_config: dict, node_config: dict | None
     return out
 
 
+AGENT_TOKEN_SECONDS = 3600
+
+
+def token_client(kubeconfig: Path, token: str):
+    """A CoreV1Api on the lab cluster that authenticates with ``token`` only (no client certificate)."""
+    from kubernetes import client, config  # noqa: PLC0415
+
+    cfg = client.Configuration()
+    config.load_kube_config(str(kubeconfig), client_configuration=cfg, persist_config=False)
+    cfg.cert_file = cfg.key_file = None
+    cfg.api_key = {"authorization": f"Bearer {token}"}
+    return client.CoreV1Api(client.ApiClient(cfg))
+
+
+def agent_client(api, kubeconfig: Path, pod: dict, cache: dict):
+    """The device-plugin pod's own identity: a token of its ServiceAccount bound to the pod (what the kubelet mounts
+    into it; the API server names the pod's node in it), renewed before it expires or when the pod changes."""
+    meta = pod["metadata"]
+    key = meta["uid"]
+    held = cache.get(key)
+    if held is None or time.time() - held[0] > AGENT_TOKEN_SECONDS / 2:
+        body = {"spec": {"audiences": [], "expirationSeconds": AGENT_TOKEN_SECONDS,
+                         "boundObjectRef": {"apiVersion": "v1", "kind": "Pod", "name": meta["name"], "uid": key}}}
+        token = api.create_namespaced_service_account_token(
+            pod["spec"].get("serviceAccountName") or "default", meta["namespace"], body).status.token
+        cache[key] = held = (time.time(), token_client(kubeconfig, token))
+    return held[1]
+
+
 def standin(root: Path, hosts_json: Path) -> None:
     """Loop of the HAMi device-plugin stand-in (see the module docstring)."""
     from kubernetes import client, config  # noqa: PLC0415
 
     gpus_of: dict[str, list[dict]] = json.loads(hosts_json.read_text())
-    api = client.CoreV1Api(config.new_client_from_config(str(root / "kubeconfig")))
+    kubeconfig = root / "kubeconfig"
+    api = client.CoreV1Api(config.new_client_from_config(str(kubeconfig)))
     ready = procs_dir(root) / f"{STANDIN}.ready"
     print(f"{STANDIN}: lab stand-in for HAMi's device plugin on {sorted(gpus_of)}", flush=True)
     written: dict[str, str] = {}
+    tokens: dict[str, tuple] = {}
     while True:
         try:
             pods = json.loads(api.list_pod_for_all_namespaces(_preload_content=False).data)["items"]
-            plugin_nodes = {}
+            plugin_nodes, agents = {}, {}
             for pod in pods:
                 spec, meta = pod["spec"], pod["metadata"]
                 if (meta.get("labels", {}).get("app.kubernetes.io/component") == "device-plugin"
                         and any("projecthami/hami" in c["image"] for c in spec["containers"])
                         and spec.get("nodeName") in gpus_of and pod["status"].get("phase") == "Running"):
                     plugin_nodes[spec["nodeName"]] = (meta["namespace"], meta["labels"]["app.kubernetes.io/instance"])
+                    agents[spec["nodeName"]] = pod
             for node, (ns, instance) in sorted(plugin_nodes.items()):
                 cms = api.list_namespaced_config_map(ns, label_selector=f"app.kubernetes.io/instance={instance}")
                 dc = next((yaml.safe_load(cm.data["device-config.yaml"]) for cm in cms.items
@@ -506,7 +599,9 @@ def standin(root: Path, hosts_json: Path) -> None:
                 devices = registration(gpus_of[node], dc, entry)
                 value = json.dumps(devices, separators=(",", ":"))
                 if written.get(node) != value:
-                    api.patch_node(node, {"metadata": {"annotations": {HAMI_REGISTER: value}}})
+                    # HAMi's registration (plugin/register.go:298-304), by the node's plugin pod's own token.
+                    agent_client(api, kubeconfig, agents[node], tokens).patch_node(
+                        node, {"metadata": {"annotations": {HAMI_REGISTER: value}}})
                     # The plugin registers deviceSplitCount devices per GPU under resourceCountName (plugin/server.go).
                     name = dc.get("nvidia", {}).get("resourceCountName", "nvidia.com/gpu")
                     set_capacity(api, node, {name: sum(d["count"] for d in devices)}, STANDIN)
@@ -516,14 +611,20 @@ def standin(root: Path, hosts_json: Path) -> None:
                 meta, node = pod["metadata"], pod["spec"].get("nodeName")
                 if node not in plugin_nodes or meta.get("annotations", {}).get(HAMI_BIND_PHASE) != "allocating":
                     continue
-                # What the plugin's Allocate does once the kubelet asks (plugin/util.go:397-405).
-                api.patch_namespaced_pod(meta["name"], meta["namespace"],
-                                         {"metadata": {"annotations": {HAMI_BIND_PHASE: "success"}}})
-                n = api.read_node(node)
+                # What the plugin's Allocate does once the kubelet asks, with the plugin pod's token: erase the
+                # devices it handed out (plugin/util.go:134-139: one ";" per container left), mark the pod allocated
+                # (util.go:397-400) and release the node lock the scheduler took (nodelock.go:222).
+                agent = agent_client(api, kubeconfig, agents[node], tokens)
+                to_allocate = meta.get("annotations", {}).get(HAMI_DEVICES_TO_ALLOCATE, "")
+                agent.patch_namespaced_pod(meta["name"], meta["namespace"], {"metadata": {"annotations": {
+                    HAMI_DEVICES_TO_ALLOCATE: ";" * to_allocate.count(";")}}})
+                agent.patch_namespaced_pod(meta["name"], meta["namespace"],
+                                           {"metadata": {"annotations": {HAMI_BIND_PHASE: "success"}}})
+                n = agent.read_node(node)
                 lock = (n.metadata.annotations or {}).get(HAMI_NODE_LOCK, "")
                 if lock.endswith(f",{meta['namespace']},{meta['name']}"):
-                    api.patch_node(node, {"metadata": {"annotations": {HAMI_NODE_LOCK: None},
-                                                       "resourceVersion": n.metadata.resource_version}})
+                    agent.patch_node(node, {"metadata": {"annotations": {HAMI_NODE_LOCK: None},
+                                                         "resourceVersion": n.metadata.resource_version}})
                 print(f"allocated {meta['namespace']}/{meta['name']} on {node}", flush=True)
             ready.touch()
         except Exception as exc:  # noqa: BLE001 - keep serving; the log says what went wrong

@@ -163,16 +163,15 @@ def delete_pods(lab, *names: str) -> None:
 
 def test_webhook_sets_the_scheduler_on_gpu_pods_only(lab, hami):
     """HAMi's webhook (through the lab's copy of the chart's MutatingWebhookConfiguration) gives GPU pods HAMi's
-    scheduler; CPU pods and pods labelled hami.io/webhook=ignore keep the default one."""
-    gpu, cpu, ignored = create(
+    scheduler; CPU pods keep the default one. (A pod can no longer opt out by label, and an administrator's
+    namespace exemption works: tests/integration/test_tenant_attacks_lab.py.)"""
+    gpu, cpu = create(
         lab,
         pod("wh-gpu", {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "1000"}),
         pod("wh-cpu", {"cpu": "100m"}),
-        pod("wh-ignored", {"nvidia.com/gpu": "1"}, labels={"hami.io/webhook": "ignore"}, pool=None),
         dry_run=True)
     assert gpu["spec"]["schedulerName"] == hami["scheduler_name"]
     assert cpu["spec"]["schedulerName"] == "default-scheduler"
-    assert ignored["spec"]["schedulerName"] == "default-scheduler"
 
 
 def test_hami_filters_binds_and_annotates(lab, hami):
@@ -279,9 +278,10 @@ def test_webhook_lockout_fail_policy_refuses_only_gpu_pods(lab, hami, tmp_path):
     down) must not lock the cluster. A lab copy of the chart's MutatingWebhookConfiguration, rendered from the lab's
     vgpu-hami release values with failurePolicy Fail, keeps the chart's rules, selectors and matchConditions and
     only points at a closed 127.0.0.1 port; the lab's real API server decides (server-side dry run): a new HAMi
-    scheduler pod and the certgen Job pods are admitted, in the release namespace and in an ordinary one; a pod
-    asking for no GPU is admitted; a pod asking for a GPU (in a container or an init container) is refused. The
-    copy is removed at the end and the lab's own webhook serves GPU pods again."""
+    scheduler pod, device-plugin pod and the certgen Job pods are admitted in the release namespace (the only one
+    where they run: elsewhere the tenant policy refuses the label that lets them skip the webhook); a pod asking for
+    no GPU is admitted; a pod asking for a GPU (in a container or an init container) is refused. The copy is removed
+    at the end and the lab's own webhook serves GPU pods again."""
     import lab_upstream  # scripts/lab_upstream.py
     from lab import versions  # scripts/lab.py
 
@@ -304,8 +304,12 @@ def test_webhook_lockout_fail_policy_refuses_only_gpu_pods(lab, hami, tmp_path):
     assert {o["metadata"]["name"] for o in own} >= {f"{hami['release']}-scheduler"}
     ns_labels = json.loads(lab.kubectl_run("get", "namespace", NS, "-o", "json").stdout)["metadata"]["labels"]
     assert "hami.io/webhook" not in ns_labels, "the test namespace must be an ordinary one"
-    for sa in {pod_spec["spec"]["serviceAccountName"] for pod_spec in (as_pod(o, NS) for o in own)}:
-        lab.kubectl_run("create", "serviceaccount", sa, "-n", NS, check=False)  # the pods' SAs, in NS too
+    # The certgen hook Jobs' ServiceAccount exists only while the hooks run: made for the dry runs, removed after.
+    release_ns = hami["namespace"]
+    made = []
+    for sa in {pod_spec["spec"]["serviceAccountName"] for pod_spec in (as_pod(o, release_ns) for o in own)}:
+        if lab.kubectl_run("create", "serviceaccount", sa, "-n", release_ns, check=False).returncode == 0:
+            made.append(sa)
     gpu = pod("lockout-gpu", {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "1000"})
     init_gpu = pod("lockout-init-gpu", {"cpu": "100m"})
     init_gpu["spec"]["initContainers"] = [{"name": "i", "image": "registry.k8s.io/pause:3.10",
@@ -327,11 +331,11 @@ def test_webhook_lockout_fail_policy_refuses_only_gpu_pods(lab, hami, tmp_path):
             assert ok, f"{body['metadata']['name']} asks for no GPU but was refused: {got}"
             assert got["spec"]["schedulerName"] == "default-scheduler"
         for obj in own:
-            # The certgen hook Jobs' ServiceAccount exists only while the hooks run: their pods are tried in NS.
-            for namespace in (NS,) if obj["kind"] == "Job" else (hami["namespace"], NS):
-                ok, got = admit(lab, as_pod(obj, namespace))
-                assert ok, f"a new {obj['metadata']['name']} pod in {namespace} was refused: {got}"
+            ok, got = admit(lab, as_pod(obj, release_ns))
+            assert ok, f"a new {obj['metadata']['name']} pod in {release_ns} was refused: {got}"
     finally:
+        for sa in made:
+            lab.kubectl_run("delete", "serviceaccount", sa, "-n", release_ns, check=False)
         closed.close()
         lab.kubectl_run("delete", "mutatingwebhookconfiguration", LOCKOUT_WEBHOOK, "--ignore-not-found",
                         check=False)

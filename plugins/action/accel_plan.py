@@ -133,6 +133,9 @@ class ActionModule(ActionBase):
             return None
         text = lines[line - 1][(col or 1) - 1:]
         text = re.split(r"\s+#", text, maxsplit=1)[0]
+        ini = re.match(r"[A-Za-z_][A-Za-z0-9_]*=(\S*)", text)  # an INI line: key=value
+        if ini:
+            return ini.group(1) or None
         return re.split(r"[,}\]]", text, maxsplit=1)[0].strip() or None
 
     def _effective(self, raw: dict) -> dict:

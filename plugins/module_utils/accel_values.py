@@ -120,7 +120,7 @@ def _string_hint(source: str) -> str:
     if source == "extra":
         return " (-e key=value passes strings: pass typed values as JSON, e.g. -e '{\"name\": 4}')"
     if source == "ini":
-        return " (an INI :vars section makes every value a string: set it in YAML group_vars)"
+        return " (an INI inventory reads values as Python literals: True, False, numbers; or use YAML group_vars)"
     return ""
 
 
@@ -152,6 +152,7 @@ def type_problem(entry: dict, value, written=None, source: str = "") -> str:
             return ""
         if isinstance(value, str) and value.strip().lower() in _TRUE_WORDS + _FALSE_WORDS:
             word = "true" if value.strip().lower() in _TRUE_WORDS else "false"
+            word = word.capitalize() if source == "ini" else word
             why = " (YAML reads y and n as strings)" if value.strip().lower() in ("y", "n") else ""
             return f"{_kind(value)}, not a boolean: write {word} without quotes{why}" + _string_hint(source)
         return f"{_kind(value)}, not a boolean"

@@ -41,7 +41,7 @@ def test_yaml_booleans_pass_and_numbers_do_not():
 def test_how_a_string_arrived_is_named_in_the_fix():
     assert whats("accel_mps_replicas", "4", source="extra")[0].endswith(
         "(-e key=value passes strings: pass typed values as JSON, e.g. -e '{\"name\": 4}')")
-    assert "an INI :vars section makes every value a string" in whats("accel_node_taint", "true", source="ini")[0]
+    assert "an INI inventory reads values as Python literals" in whats("accel_node_taint", "true", source="ini")[0]
 
 
 @pytest.mark.parametrize(("value", "what"), [

@@ -36,6 +36,9 @@ CLUSTER_SETTINGS: dict[str, tuple[str, Any]] = {
     # Who may scrape the vGPU agents' metrics ports (gpu-manager's also serves /debug/pprof/); none by default.
     "metrics_cidrs": ("accel_metrics_cidrs", []),
     "metrics_namespaces": ("accel_metrics_namespaces", []),
+    # Pods holding cluster-wide tokens (schedulers, extenders, gpu-admission, certgen) on pool nodes too: only for
+    # clusters whose every node is in a pool (charts/vgpu clusterComponents.avoidPoolNodes).
+    "cluster_components_on_pool_nodes": ("accel_cluster_components_on_pool_nodes", False),
 }
 
 
@@ -50,19 +53,42 @@ def cluster_settings(variables: dict[str, Any], runtime_class: str = RUNTIME_CLA
     return out
 
 
-def cluster_problems(pools: list[dict[str, Any]], cluster: dict[str, Any]) -> list[str]:
+# Kubernetes from which the vgpu chart renders its ValidatingAdmissionPolicies (tenant policy, node-agent policies):
+# admissionregistration.k8s.io/v1 ValidatingAdmissionPolicy is GA in 1.30.
+MIN_KUBERNETES_HAMI_POLICIES = (1, 30)
+
+
+def cluster_problems(pools: list[dict[str, Any]], cluster: dict[str, Any],
+                     kubernetes_version: tuple[int, int] | None = None,
+                     non_pool_nodes: bool | None = None) -> list[str]:
     """Why these pools cannot be installed with these cluster settings (one sentence each; [] = fine).
 
     A HAMi pool without control-plane CIDRs would get a NetworkPolicy that shuts the API server out of the webhook:
     admission would stop silently (failurePolicy Ignore: pods skip HAMi) or refuse every GPU pod. Refused instead.
     """
     hami = sorted(p["pool"] for p in pools if release_key(p["settings"]) == "vgpu-hami")
+    vgpu = sorted(p["pool"] for p in pools if release_key(p["settings"]).startswith("vgpu-"))
+    problems = []
     if hami and not cluster.get("control_plane_cidrs"):
-        return [f"accel_control_plane_cidrs = []: pool(s) {', '.join(hami)} use vGPU backend hami, whose webhook and "
-                "extender port admit only these addresses where NetworkPolicies are enforced; empty shuts the API "
-                "server out, and pods would skip HAMi's admission or be refused. Set the API servers' addresses "
-                "(CIDRs, e.g. [10.0.0.11/32]); [0.0.0.0/0, ::/0] admits any source."]
-    return []
+        problems.append(
+            f"accel_control_plane_cidrs = []: pool(s) {', '.join(hami)} use vGPU backend hami, whose webhook and "
+            "extender port admit only these addresses where NetworkPolicies are enforced; empty shuts the API "
+            "server out, and pods would skip HAMi's admission or be refused. Set the API servers' addresses "
+            "(CIDRs, e.g. [10.0.0.11/32]); [0.0.0.0/0, ::/0] admits any source.")
+    if hami and kubernetes_version is not None and kubernetes_version < MIN_KUBERNETES_HAMI_POLICIES:
+        minimum = ".".join(map(str, MIN_KUBERNETES_HAMI_POLICIES))
+        problems.append(
+            f"accel_kubernetes_version = '{kubernetes_version[0]}.{kubernetes_version[1]}': pool(s) {', '.join(hami)} "
+            f"use vGPU backend hami, whose limits a pod author could switch off and whose node agents could write "
+            f"any node or pod without the vgpu chart's ValidatingAdmissionPolicies, which need Kubernetes {minimum}. "
+            f"Run HAMi pools on Kubernetes {minimum} or newer.")
+    if vgpu and non_pool_nodes is False and not cluster.get("cluster_components_on_pool_nodes"):
+        problems.append(
+            f"accel_cluster_components_on_pool_nodes = false: pool(s) {', '.join(vgpu)} run schedulers and "
+            "admission components holding cluster-wide tokens, which kube-accel keeps off pool nodes, and every "
+            "kube_control_plane host is a pool's: they would stay Pending and the install time out. Add a node "
+            "outside every pool, or set accel_cluster_components_on_pool_nodes: true.")
+    return problems
 
 
 def metrics_peers(cluster: dict[str, Any]) -> list[dict[str, Any]]:
@@ -171,6 +197,8 @@ def release_values(key: str, pools: list[dict[str, Any]], cluster: dict[str, Any
     elif key.startswith("vgpu-"):
         backend = key[len("vgpu-"):]
         values["backend"] = backend
+        if cluster.get("cluster_components_on_pool_nodes"):
+            values["clusterComponents"] = {"avoidPoolNodes": False}
         # The API server (webhook) and a cluster scheduler (extender) are the only peers of those ports.
         values["controlPlaneFrom"] = [{"ipBlock": {"cidr": c}} for c in cluster.get("control_plane_cidrs") or []]
         values["metricsFrom"] = metrics_peers(cluster)

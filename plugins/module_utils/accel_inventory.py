@@ -93,6 +93,10 @@ VARIABLES: dict[str, dict] = {
     "accel_image_digests": _var("cluster", "dict", "Pull these images by digest (charts and GPU Operator operands): "
                                 "\"repository:tag\" (no registry host) -> \"sha256:<64 hex>\", or \"\" to pull by "
                                 "tag; wins over the shipped digests.", grammar="image_digests", default={}),
+    "accel_cluster_components_on_pool_nodes": _var(
+        "cluster", "bool", "Let pods holding cluster-wide tokens (schedulers, extenders, gpu-admission, certgen) run "
+        "on pool nodes; only for clusters whose every node is in a pool (they then run next to privileged node "
+        "agents and tenants' GPU pods).", default=False),
     "accel_reboot_policy": _var("cluster", "str", "\"auto\" cordons, drains, reboots and uncordons in batches; "
                                 "\"defer\" only reports hosts that need a reboot.", choices=["auto", "defer"],
                                 default="defer"),
@@ -146,6 +150,9 @@ VARIABLES: dict[str, dict] = {
                                       exclusive_minimum=0, maximum=HAMI_MAX_SCALING, applies=HAMI),
     "accel_vgpu_core_scaling": _var("pool", "float", "HAMi: core oversubscription factor.", default=1.0,
                                     exclusive_minimum=0, maximum=HAMI_MAX_SCALING, applies=HAMI),
+    "accel_vgpu_hami_unverified_driver": _var("pool", "bool", "HAMi: run on a driver branch newer than the newest "
+                                              "HAMi-core's limits were verified on (README \"What a HAMi pool "
+                                              "promises\"); its limits may not hold.", default=False, applies=HAMI),
     "accel_vgpu_scheduler_policy": _var("pool", "str", "HAMi GPU scheduling policy.",
                                         choices=["binpack", "spread"], default="binpack", applies=HAMI),
     "accel_mps_replicas": _var("pool", "int", f"MPS: clients per GPU ({MPS_MIN_REPLICAS}..{MPS_MAX_REPLICAS}, Volta or "

@@ -58,6 +58,13 @@ GPU_MANAGER_MAX_CUDA_MAJOR = 11  # GPU-Manager's vcuda library intercepts the CU
 GPU_MANAGER_MAX_CONTAINERD_MAJOR = 1
 GPU_MANAGER_CGROUP_VERSION = 1
 CUDA12_FIRST_DRIVER_BRANCH = 525  # R525 is the first branch shipping a CUDA 12.0 driver
+# The drivers a HAMi pool promises its limits on (README "What a HAMi pool promises"): CUDA 12 and newer (kube-accel
+# offers HAMi for CUDA 12+, gpu-manager below), up to the newest branch HAMi-core's hooks were written for and its
+# memory limit was measured on: HAMi-core 8f3a89c covers the driver API up to CUDA 13.0 (src/libvgpu.c:159,
+# src/cuda/device.c:58 "#if CUDA_VERSION < 13000"), and held a 4 GiB limit for PyTorch (CUDA 13) and the driver API on
+# driver 580.159.04 (recorded on an H200, 2026-11-26, ../shared/gpu-records/h200-2026-11-26/hami-core).
+HAMI_MIN_DRIVER_BRANCH = CUDA12_FIRST_DRIVER_BRANCH
+HAMI_MAX_VERIFIED_DRIVER_BRANCH = 580
 # kubelet_gpu sets the NUMA policy in a kubelet --config-dir drop-in: alpha behind KubeletConfigDropInDir in
 # 1.28-1.29, on by default from 1.30; older kubelets do not start with the flag.
 MIN_KUBERNETES_NUMA = (1, 30)
@@ -155,6 +162,27 @@ def rule_vgpu_backend(ctx: Context) -> list[str]:
             "with accel_vgpu_backend 'gpu-manager' the planned driver branch ships a CUDA 12+ driver, which "
             "GPU-Manager does not support", allowed))
     return problems
+
+
+def rule_hami_driver(ctx: Context) -> list[str]:
+    """A HAMi pool only on the drivers its limits are promised for (HAMI_MIN/MAX_*): below CUDA 12 the backend is
+    gpu-manager; newer than verified needs accel_vgpu_hami_unverified_driver."""
+    if ctx.get("accel_mode") != "vgpu" or ctx.get("accel_vgpu_backend") != "hami":
+        return []
+    raw = ctx.value("accel_driver_branch")
+    branch = _driver_branch(raw)
+    if branch is None:
+        return []
+    verified = f"{HAMI_MIN_DRIVER_BRANCH}..{HAMI_MAX_VERIFIED_DRIVER_BRANCH}"
+    if branch < HAMI_MIN_DRIVER_BRANCH:
+        return [ctx.problem("accel_driver_branch", raw, "HAMi pools run on CUDA 12 and newer drivers (branch "
+                            f"{HAMI_MIN_DRIVER_BRANCH}+): kube-accel promises HAMi's limits there only",
+                            f"a branch {verified} for hami, or accel_vgpu_backend gpu-manager for a CUDA 11 driver")]
+    if branch > HAMI_MAX_VERIFIED_DRIVER_BRANCH and not ctx.value("accel_vgpu_hami_unverified_driver"):
+        return [ctx.problem("accel_driver_branch", raw, f"newer than the newest branch HAMi-core's limits were "
+                            f"written and verified for ({HAMI_MAX_VERIFIED_DRIVER_BRANCH}, CUDA 13.0): they may not "
+                            "hold", f"a branch {verified}, or accel_vgpu_hami_unverified_driver: true to accept that")]
+    return []
 
 
 def rule_mig_exclusive(ctx: Context) -> list[str]:
@@ -462,6 +490,7 @@ RULES = (
     rule_mode,
     rule_recorded_snapshot,
     rule_vgpu_backend,
+    rule_hami_driver,
     rule_mig_exclusive,
     rule_mig_left_on,
     rule_mps,

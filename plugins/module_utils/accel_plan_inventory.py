@@ -311,7 +311,13 @@ class _Checker:
             if isinstance(settings.get("accel_pool"), str) and settings.get("accel_mode") in MODES:
                 pools.setdefault(settings["accel_pool"], {"pool": settings["accel_pool"],
                                                           "settings": {**defaults("pool"), **settings}})
-        for sentence in cluster_problems(list(pools.values()), cluster_settings(good)):
+        version = good.get("accel_kubernetes_version")
+        control_plane = set((self.groups.get(CLUSTER_GROUP) or {}).get("hosts") or []) | {
+            h for g in _descendant_groups(self.groups, CLUSTER_GROUP) for h in self.groups[g].get("hosts") or []}
+        # Known only where the inventory names the control plane: its hosts are the nodes kube-accel knows of.
+        non_pool_nodes = bool(control_plane - set(self.gpu_hosts)) if control_plane else None
+        for sentence in cluster_problems(list(pools.values()), cluster_settings(good),
+                                         _minor(version) if isinstance(version, str) else None, non_pool_nodes):
             self.out["cluster"].append(f"{who}: {sentence}; allowed: {CIDRS_ALLOWED}")
         # Cluster settings for a component the cluster does not install (its values would be silently ignored).
         for var in sorted(good):
@@ -473,6 +479,11 @@ class _Checker:
             self.gpu_host(host, cluster_values)
         self.pools_agree()
         return self.out
+
+
+def _minor(version: str) -> tuple[int, int] | None:
+    parts = version.lstrip("v").split(".")
+    return (int(parts[0]), int(parts[1])) if len(parts) >= 2 and parts[0].isdigit() and parts[1].isdigit() else None
 
 
 def _depths(groups: dict) -> dict:

@@ -36,8 +36,7 @@ POOLS = {
     "pool_hami": ({"accel_pool": "hami", "accel_mode": "vgpu", "accel_vgpu_backend": "hami",
                    "accel_vgpu_split_count": 4}, "h100-80gb"),
     "pool_mig": ({"accel_pool": "mig", "accel_mode": "pgpu", "accel_mig_strategy": "mixed",
-                  "accel_mig_geometry": {"3g.40gb": 1, "2g.20gb": 1, "1g.10gb": 2},
-                  "accel_gpu_operator_enabled": True}, "a100-80gb-mig"),
+                  "accel_mig_geometry": {"3g.40gb": 1, "2g.20gb": 1, "1g.10gb": 2}}, "a100-80gb-mig"),
 }
 
 
@@ -60,6 +59,8 @@ def write_inventory(root: Path, hosts: int) -> Path:
         "accel_kubernetes_version": "1.36",
         "accel_namespace": "kube-accel",
         "accel_control_plane_cidrs": ["10.0.0.10/32"],
+        # The MIG pool's geometry is applied by the GPU Operator's mig-manager (a cluster setting: group_vars/all).
+        "accel_gpu_operator_enabled": True,
         "accel_driver_branch": "550",
         "accel_lab": True,
         "accel_nvml_snapshot": f"{SNAPSHOTS}/{{{{ accel_lab_gpu }}}}.json",

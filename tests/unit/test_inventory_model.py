@@ -396,3 +396,37 @@ def test_image_digests_grammar():
     (what,) = whats("accel_image_digests", {"docker.io/projecthami/hami": "sha256:abc"})
     assert what == ("key 'docker.io/projecthami/hami' is not \"repository:tag\" without the registry host; the digest "
                     "of 'docker.io/projecthami/hami' is the string 'sha256:abc', not \"sha256:\" and 64 hex digits")
+
+
+def test_hami_pools_need_the_admission_policies_kubernetes():
+    cidrs = {"accel_control_plane_cidrs": rec(["10.0.0.11/32"]), "accel_kubernetes_version": rec("1.29")}
+    gpu = {**cidrs, **effective(pool="v", mode="vgpu", vgpu_backend="hami")}
+    inv = inventory(groups={"pool_v": pool_group(["h1"]),
+                            "kube_control_plane": {"vars": {}, "children": [], "hosts": ["cp"]}},
+                    effective={"cp": cidrs, "h1": gpu}, gpu_hosts=["h1"], cluster_host="cp")
+    (problem,) = accel_plan_inventory.check(inv)["cluster"]
+    assert problem.startswith("cp (kube_control_plane[0]): accel_kubernetes_version = '1.29': pool(s) v use vGPU "
+                              "backend hami")
+    assert "need Kubernetes 1.30" in problem
+    for host in ("cp", "h1"):
+        inv["effective"][host]["accel_kubernetes_version"] = rec("1.30")
+    assert accel_plan_inventory.check(inv)["cluster"] == []
+
+
+def test_vgpu_cluster_components_need_a_node_outside_every_pool():
+    cidrs = {"accel_control_plane_cidrs": rec(["10.0.0.11/32"])}
+    gpu = {**cidrs, **effective(pool="v", mode="vgpu", vgpu_backend="hami")}
+    # The only control-plane host is a GPU host of the pool: the schedulers would find no node.
+    inv = inventory(groups={"pool_v": pool_group(["h1"]),
+                            "kube_control_plane": {"vars": {}, "children": [], "hosts": ["h1"]}},
+                    effective={"h1": gpu}, gpu_hosts=["h1"], cluster_host="h1")
+    (problem,) = accel_plan_inventory.check(inv)["cluster"]
+    assert problem.startswith("h1 (kube_control_plane[0]): accel_cluster_components_on_pool_nodes = false: pool(s) "
+                              "v run schedulers")
+    flag = {"accel_cluster_components_on_pool_nodes": rec(True)}
+    inv["effective"]["h1"] = {**gpu, **flag}
+    assert accel_plan_inventory.check(inv)["cluster"] == []
+    # A control plane outside every pool hosts them.
+    inv["groups"]["kube_control_plane"]["hosts"] = ["cp"]
+    inv["cluster_host"], inv["effective"] = "cp", {"cp": cidrs, "h1": gpu}
+    assert accel_plan_inventory.check(inv)["cluster"] == []

@@ -565,3 +565,21 @@ def test_rule_driver_flavor():
     assert check(pool(mode="pgpu", driver_flavor="open"), v100) == [
         "gpu-01: accel_driver_flavor = 'open': GPU 0 (Tesla V100-SXM2-32GB) (compute capability 7.0) is older than "
         "Turing; NVIDIA's open kernel modules do not drive it; allowed: proprietary, or leave it unset"]
+
+
+@pytest.mark.parametrize(("branch", "extra", "what"), [
+    ("525", {}, None), ("580", {}, None), (580, {}, None),
+    ("470", {}, "HAMi pools run on CUDA 12 and newer drivers (branch 525+)"),
+    ("590", {}, "newer than the newest branch HAMi-core's limits were written and verified for (580, CUDA 13.0)"),
+    ("590", {"accel_vgpu_hami_unverified_driver": True}, None)])
+def test_rule_hami_driver_range(branch, extra, what):
+    """A HAMi pool promises its limits on CUDA 12+ drivers up to the newest branch HAMi-core was verified on (README
+    "What a HAMi pool promises"); beyond, only with an explicit acknowledgement."""
+    problems = check({**pool(mode="vgpu", vgpu_backend="hami", driver_branch=branch), **extra}, {"count": 0})
+    if what is None:
+        assert problems == []
+    else:
+        assert len(problems) == 1 and problems[0].startswith("gpu-01: accel_driver_branch = ") and what in problems[0]
+    # gpu-manager pools are not HAMi's: their own rule decides.
+    assert not [p for p in check(pool(mode="vgpu", vgpu_backend="gpu-manager", driver_branch="470"), {"count": 0})
+                if "HAMi" in p]

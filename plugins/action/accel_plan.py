@@ -94,6 +94,11 @@ class ActionModule(ActionBase):
             "cluster_host": cluster_host, "orphans": self._orphans(sources, basedir, groups, hosts),
             "role_options": sorted(self._role_options()),
         })
+        # GPU hosts this play does not reach (unreachable, or left out by --limit) still have their plan checked: the
+        # reporter lists their problems.
+        in_play = set(task_vars.get("ansible_play_hosts_all") or ())
+        report["unreached"] = [text for host, entry in report["hosts"].items() if host not in in_play
+                               for text in entry["problems"]]
         result.update(changed=False, **report)
         return result
 

@@ -73,21 +73,21 @@ def cluster_problems(pools: list[dict[str, Any]], cluster: dict[str, Any],
         problems.append(
             f"accel_control_plane_cidrs = []: pool(s) {', '.join(hami)} use vGPU backend hami, whose webhook and "
             "extender port admit only these addresses where NetworkPolicies are enforced; empty shuts the API "
-            "server out, and pods would skip HAMi's admission or be refused. Set the API servers' addresses "
-            "(CIDRs, e.g. [10.0.0.11/32]); [0.0.0.0/0, ::/0] admits any source.")
+            "server out, and pods would skip HAMi's admission or be refused; allowed: the API servers' addresses "
+            "(CIDRs, e.g. [10.0.0.11/32]), or [0.0.0.0/0, ::/0] to admit any source")
     if hami and kubernetes_version is not None and kubernetes_version < MIN_KUBERNETES_HAMI_POLICIES:
         minimum = ".".join(map(str, MIN_KUBERNETES_HAMI_POLICIES))
         problems.append(
             f"accel_kubernetes_version = '{kubernetes_version[0]}.{kubernetes_version[1]}': pool(s) {', '.join(hami)} "
             f"use vGPU backend hami, whose limits a pod author could switch off and whose node agents could write "
-            f"any node or pod without the vgpu chart's ValidatingAdmissionPolicies, which need Kubernetes {minimum}. "
-            f"Run HAMi pools on Kubernetes {minimum} or newer.")
+            f"any node or pod without the vgpu chart's ValidatingAdmissionPolicies, which need Kubernetes {minimum}; "
+            f"allowed: HAMi pools on Kubernetes {minimum} or newer")
     if vgpu and non_pool_nodes is False and not cluster.get("cluster_components_on_pool_nodes"):
         problems.append(
             f"accel_cluster_components_on_pool_nodes = false: pool(s) {', '.join(vgpu)} run schedulers and "
             "admission components holding cluster-wide tokens, which kube-accel keeps off pool nodes, and every "
-            "kube_control_plane host is a pool's: they would stay Pending and the install time out. Add a node "
-            "outside every pool, or set accel_cluster_components_on_pool_nodes: true.")
+            "kube_control_plane host is a pool's: they would stay Pending and the install time out; allowed: a node "
+            "outside every pool, or accel_cluster_components_on_pool_nodes: true")
     return problems
 
 

@@ -45,7 +45,6 @@ from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_inventory imp
 from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_values import shown, value_problems
 
 POOLS_GROUP = "gpu_pools"
-CIDRS_ALLOWED = "the API servers' addresses as CIDRs (e.g. [10.0.0.11/32]), or [0.0.0.0/0, ::/0] to admit any source"
 CLUSTER_GROUP = "kube_control_plane"
 MODEL_ALLOWED = "the variables of kube-accel's inventory model (README, docs/plan-checks.md)"
 # Variables of Ansible itself that an inventory may set without being kube-accel's.
@@ -318,7 +317,7 @@ class _Checker:
         non_pool_nodes = bool(control_plane - set(self.gpu_hosts)) if control_plane else None
         for sentence in cluster_problems(list(pools.values()), cluster_settings(good),
                                          _minor(version) if isinstance(version, str) else None, non_pool_nodes):
-            self.out["cluster"].append(f"{who}: {sentence}; allowed: {CIDRS_ALLOWED}")
+            self.out["cluster"].append(f"{who}: {sentence}")
         # Cluster settings for a component the cluster does not install (its values would be silently ignored).
         for var in sorted(good):
             entry = VARIABLES[var]

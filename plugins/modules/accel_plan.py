@@ -79,4 +79,9 @@ inventory:
   returned: always
   type: list
   elements: str
+unreached:
+  description: The problems of GPU hosts that are not in this play (unreachable, or left out by C(--limit)).
+  returned: always
+  type: list
+  elements: str
 """

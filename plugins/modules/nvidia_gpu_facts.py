@@ -106,6 +106,12 @@ ansible_facts:
           description: C(nvml), or C(snapshot:<name>) for recorded data.
           type: str
           sample: nvml
+        host_driver_loaded:
+          description: With a snapshot only, whether the host itself has an NVIDIA driver loaded
+            (C(/proc/driver/nvidia/version)).
+          type: bool
+          returned: with O(snapshot) or O(snapshot_data)
+          sample: false
         driver_version:
           description: NVIDIA driver version.
           type: str
@@ -168,6 +174,8 @@ ansible_facts:
               fabric_state: null
 """
 
+import os
+
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_gpu_facts import (
     HostSysfs,
@@ -202,6 +210,10 @@ def run_module():
         module.fail_json(msg=f"cannot read NVML snapshot {params['snapshot'] or '(snapshot_data)'}: {exc}")
     sysfs = HostSysfs(params["sysfs_root"], params["procfs_root"]) if params["sysfs_root"] else None
     gpus = gather(source, sysfs)
+    if not isinstance(source, PynvmlSource):
+        # A recorded snapshot stands in for GPU-less hosts: say whether this host has an NVIDIA driver loaded after all
+        # (the preflight refuses a snapshot there), in the same module run.
+        gpus["host_driver_loaded"] = os.path.exists(os.path.join(params["procfs_root"], "driver/nvidia/version"))
     if not params["as_facts"]:
         module.exit_json(changed=False, nvidia_gpus=gpus)
     module.exit_json(changed=False, ansible_facts={"nvidia_gpus": gpus})

@@ -382,7 +382,7 @@ def test_a_hami_pool_needs_the_api_servers_addresses():
     (problem,) = accel_plan_inventory.check(inv)["cluster"]
     assert problem.startswith("cp (kube_control_plane[0]): accel_control_plane_cidrs = []: pool(s) v use vGPU "
                               "backend hami")
-    assert problem.endswith("; allowed: the API servers' addresses as CIDRs (e.g. [10.0.0.11/32]), or "
+    assert problem.endswith("; allowed: the API servers' addresses (CIDRs, e.g. [10.0.0.11/32]), or "
                             "[0.0.0.0/0, ::/0] to admit any source")
     cidrs = {"accel_control_plane_cidrs": rec(["10.0.0.11/32"])}
     inv["effective"] = {"cp": cidrs, "h1": {**gpu, **cidrs}}

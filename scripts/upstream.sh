@@ -42,6 +42,8 @@ ARCHIVES=(
   "gpu-admission-47d56ae|https://github.com/tkestack/gpu-admission|47d56ae99ef7f24f2c9c4d33d17567e2e52f3ba2|.=gpu-admission|47d56ae99ef7f24f2c9c4d33d17567e2e52f3ba2"
   "gpu-manager-v1.1.5|https://github.com/tkestack/gpu-manager|v1.1.5||c1a60c1eb71b3fa56d1c289f55cd8c7b2aa64e62"
   "dcgm-exporter-4.5.3-4.8.2|https://github.com/NVIDIA/dcgm-exporter|4.5.3-4.8.2||691c92762eb551313c825f6efe4ceeee20982801"
+  # HAMi-core (libvgpu): read, not built, by tests/conformance/test_hami.py (what it enforces in the container).
+  "hami-core-8f3a89c|https://github.com/Project-HAMi/HAMi-core|8f3a89c67b037d8fdfe6c4cd4d8c4f0cd6504811||8f3a89c67b037d8fdfe6c4cd4d8c4f0cd6504811"
 )
 
 # Commands built straight from the Go module proxy (no archive): module/package@version=output-name[=build-tags].

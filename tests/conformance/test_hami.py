@@ -384,23 +384,13 @@ def test_schema_refuses_unsafe_lib_path(tmp_path):
 
 # -- Issue 31 (2, 3): what a pod author and the node agent may not write, from HAMi v2.10.0 and HAMi-core 8f3a89c --
 
-# HAMi-core (libvgpu: the in-container enforcement) is read from its pinned archive in $KA_UPSTREAM_SRC.
-HAMI_CORE_ARCHIVE = "hami-core-8f3a89c.tar.gz"
-HAMI_CORE_SHA256 = "3a5da45e1f276864238addf2c72aed1571b9aa2318c1c324b4869706ef234fb4"
+# HAMi-core (libvgpu: the in-container enforcement), unpacked by scripts/upstream.sh only at the sha256 that
+# scripts/upstream.sha256 pins.
 PLUGIN = "pkg/device-plugin/nvidiadevice/nvinternal/plugin"
 
 
 def _core_line(file: str, line: int) -> str:
-    import hashlib  # noqa: PLC0415
-    import tarfile  # noqa: PLC0415
-
-    archive = Path(os.environ.get("KA_UPSTREAM_SRC", upstream.REPO.parent / "shared" / "upstream")) / HAMI_CORE_ARCHIVE
-    if not archive.exists():
-        pytest.fail(f"{archive} missing: the HAMi-core source these rows cite ($KA_UPSTREAM_SRC, its README)")
-    assert hashlib.sha256(archive.read_bytes()).hexdigest() == HAMI_CORE_SHA256, f"{archive} is not the pinned one"
-    with tarfile.open(archive) as tar:
-        text = tar.extractfile(f"HAMi-core/{file}").read().decode()
-    return text.splitlines()[line - 1]
+    return (upstream.src(upstream.HAMI_CORE) / file).read_text().splitlines()[line - 1]
 
 
 # Pod annotations of HAMi's allocation protocol, where HAMi names them: its scheduler writes them (Filter:

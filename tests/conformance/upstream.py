@@ -29,6 +29,7 @@ GPU_OPERATOR = "gpu-operator-v26.7.0"
 GPU_ADMISSION = "gpu-admission-47d56ae"
 GPU_MANAGER = "gpu-manager-v1.1.5"
 DCGM_EXPORTER = "dcgm-exporter-4.5.3-4.8.2"
+HAMI_CORE = "hami-core-8f3a89c"
 
 
 def src(archive: str) -> Path:

@@ -18,6 +18,7 @@ export PYTEST_ARGS
 # e.g. BENCH_HOSTS_ARGS="--sizes 1,4" BENCH_CLUSTER_ARGS="--sizes 10,100" for a quicker look.
 BENCH_HOSTS_ARGS ?=
 BENCH_CLUSTER_ARGS ?=
+BENCH_PREFLIGHT_ARGS ?=
 
 .PHONY: help
 help: ## List targets
@@ -78,9 +79,10 @@ test: ## Lint, unit, chart, conformance (upstream code) and lab integration test
 	scripts/test.sh
 
 .PHONY: bench
-bench: toolchain ## Benchmarks (BENCHMARKS.md): host fleet, overhead, cluster scale, scheduling -> tests/bench/results
+bench: toolchain ## Benchmarks (BENCHMARKS.md): host fleet, overhead, cluster scale, scheduling, preflight -> tests/bench/results
 	$(BIN)/python tests/bench/bench_hosts.py $(BENCH_HOSTS_ARGS)
 	$(BIN)/python tests/bench/bench_cluster.py $(BENCH_CLUSTER_ARGS)
+	$(BIN)/python tests/bench/bench_preflight.py $(BENCH_PREFLIGHT_ARGS)
 	$(BIN)/python tests/bench/report.py
 
 .PHONY: gpu-check

@@ -123,8 +123,21 @@ def scheduling_section(rows: list[Row]) -> list[str]:
     return [*out, ""]
 
 
+def preflight_section(rows: list[Row]) -> list[str]:
+    out = ["## 5. Preflight (this checkout against a baseline commit, side by side)", "",
+           "| case | hosts | median seconds | rounds |", "|---|---:|---:|---|"]
+    out += [f"| {r.case} | {r.size} | {r.seconds:.1f} | {r.note} |" for r in rows]
+    out.append("")
+    head = next((r for r in rows if r.case.startswith("head")), None)
+    base = next((r for r in rows if r.case.startswith("baseline")), None)
+    if head and base:
+        ratio = head.seconds / base.seconds
+        out.append(f"- HEAD / baseline: **{ratio:.2f}x** (target <= 1.20x: {verdict(ratio <= 1.20)})")
+    return [*out, ""]
+
+
 SECTIONS = {"hosts": fleet_section, "overhead": overhead_section, "cluster": cluster_section,
-            "scheduling": scheduling_section}
+            "scheduling": scheduling_section, "preflight": preflight_section}
 
 
 def plot(tables: dict[str, list[Row]], path: Path) -> bool:

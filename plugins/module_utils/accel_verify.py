@@ -41,6 +41,10 @@ def expected_pools(pools: list[dict[str, Any]], releases: list[dict[str, Any]],
     by_pool = {pool: r["name"] for r in releases for pool in r["pools"]}
     hami = {pool: (r["values"].get("hami") or {}).get("schedulerName", "hami-scheduler")
             for r in releases if r["key"] == "vgpu-hami" for pool in r["pools"]}
+    # The release's RuntimeClass (pgpu, mps, timeslice): their device plugins hand GPUs out by volume-mounts, which
+    # only the NVIDIA runtime reads, and runc is the default runtime there (roles/container_toolkit).
+    runtime_class = {pool: r["values"]["runtimeClassName"]
+                     for r in releases if r["values"].get("runtimeClassName") for pool in r["pools"]}
     out = []
     for pool in pools:
         settings = pool["settings"]
@@ -57,6 +61,7 @@ def expected_pools(pools: list[dict[str, Any]], releases: list[dict[str, Any]],
             "resources": expected,
             "request": accel_pools.request_for(settings),
             **({"scheduler_name": hami[pool["pool"]]} if pool["pool"] in hami else {}),
+            **({"runtime_class": runtime_class[pool["pool"]]} if pool["pool"] in runtime_class else {}),
             # HAMi's webhook takes every nvidia.com/gpu pod (README "HAMi and whole-GPU pools in one cluster").
             **({"pod_labels": {"hami.io/webhook": "ignore"}} if hami and pool["pool"] not in hami else {}),
             **({"operands": operator_operands(settings)} if gpu_operator else {}),
@@ -111,9 +116,11 @@ def operand_problems(node: str, pods: list[dict[str, Any]], operands: dict[str, 
 
 def job_manifest(name: str, namespace: str, pool_label: str, pool: str, request: dict[str, str],
                  image: str, command: list[str], taint_key: str | None,
-                 pod_labels: dict[str, str] | None = None) -> dict[str, Any]:
-    """A short Job that asks for the pool's resource and can only land on the pool's nodes."""
+                 pod_labels: dict[str, str] | None = None, runtime_class: str | None = None) -> dict[str, Any]:
+    """A short Job that asks for the pool's resource and can only land on the pool's nodes, run by the pool's
+    RuntimeClass where it has one."""
     spec: dict[str, Any] = {
+        **({"runtimeClassName": runtime_class} if runtime_class else {}),
         "restartPolicy": "Never",
         "nodeSelector": {pool_label: pool},
         "automountServiceAccountToken": False,

@@ -35,6 +35,9 @@ options:
       - Optional C(pod_labels), extra labels of the Job's pod (other pools in a cluster with HAMi carry
         hami.io/webhook=ignore, which HAMi's webhook honours only in the release namespace the Jobs run in; workloads
         elsewhere run in namespaces an administrator labels so).
+      - Optional C(runtime_class), the RuntimeClass the Job's pod names in C(runtimeClassName), the one the pool's
+        release runs its agents with (pgpu, mps and timeslice pools, whose device plugins hand GPUs out by
+        volume-mounts, which only the NVIDIA runtime reads). None when omitted.
       - Optional C(operands) maps a GPU Operator operand DaemonSet name to whether it must run on the pool's nodes
         (checked with O(operator_namespace)).
     type: list
@@ -163,7 +166,7 @@ def run_job(batch, core, p, pool) -> tuple[str, list[str], list]:
     name = POOL_DERIVED_NAMES["verify Job"].format(pool=pool["pool"])
     ns = p["namespace"]
     body = job_manifest(name, ns, p["pool_label"], pool["pool"], pool["request"], p["job_image"],
-                        p["job_command"], p["taint_key"], pool.get("pod_labels"))
+                        p["job_command"], p["taint_key"], pool.get("pod_labels"), pool.get("runtime_class"))
     try:
         batch.delete_namespaced_job(name, ns, propagation_policy="Foreground")
         while True:

@@ -85,6 +85,30 @@ def test_job_pod_labels():
                                                              "hami.io/webhook": "ignore"}
 
 
+def test_job_manifest_names_the_pools_runtime_class_only_when_given():
+    job = av.job_manifest("j", "ns", "k", "p", {"nvidia.com/gpu": "1"}, "img", ["true"], None, runtime_class="nvidia")
+    assert job["spec"]["template"]["spec"]["runtimeClassName"] == "nvidia"
+    job = av.job_manifest("j", "ns", "k", "p", {"nvidia.com/gpu": "1"}, "img", ["true"], None)
+    assert "runtimeClassName" not in job["spec"]["template"]["spec"]
+
+
+def test_expected_pools_take_the_runtime_class_from_the_release_values():
+    """pgpu, mps and timeslice releases (the lab's mig pool is in the pgpu release) hand GPUs out by volume-mounts,
+    which only the NVIDIA runtime reads: their Jobs name the RuntimeClass the release runs its agents with. vGPU
+    pools name none (HAMi pools run nvidia as the default runtime, gpu-manager injects its own devices)."""
+    import lab  # scripts/lab.py
+    from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_chart_values, accel_pools
+
+    pools = accel_pools.collect_pools(lab.gpu_hosts(lab.inventory()))
+    for name in ("nvidia", "nvidia-site"):
+        releases = accel_chart_values.pool_releases(pools, {"runtime_class": name})
+        values = {pool: r["values"].get("runtimeClassName") for r in releases for pool in r["pools"]}
+        got = {p["pool"]: p.get("runtime_class") for p in av.expected_pools(pools, releases)}
+        assert got == values
+        assert got == {"pgpu": name, "mig": name, "mps": name, "timeslice": name, "vgpu-hami": None,
+                       "vgpu-vcuda": None}
+
+
 def test_operand_problems_want_each_operand_exactly_where_kube_accel_means_it():
     exporter, mig = av.OPERATOR_DCGM_EXPORTER, av.OPERATOR_MIG_MANAGER
     pods = [{"name": "nvidia-dcgm-exporter-x", "daemonset": exporter, "ready": True}]

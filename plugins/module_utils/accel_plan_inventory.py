@@ -27,6 +27,7 @@ Every problem reads ``<who>: <field> = <value> (<origin>): <what>; allowed: <all
 from __future__ import annotations
 
 import difflib
+import posixpath
 from collections import defaultdict
 
 from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_k8s_names as names
@@ -333,7 +334,7 @@ class _Checker:
             differing = {}
             for host in self.gpu_hosts:
                 record = (self.effective.get(host) or {}).get(var)
-                if not _same(record, ref):
+                if not _same(record, ref, path=entry["type"] == "path"):
                     differing[host] = record
             if not differing:
                 continue
@@ -502,12 +503,16 @@ def _depths(groups: dict) -> dict:
     return depth
 
 
-def _same(record: dict | None, reference: dict | None) -> bool:
+def _same(record: dict | None, reference: dict | None, path: bool = False) -> bool:
     if record is None or reference is None:
         return record is None and reference is None
     if record.get("error") or reference.get("error"):
         return record.get("error") == reference.get("error") and _origin(record) == _origin(reference)
-    return repr(record.get("value")) == repr(reference.get("value"))
+    mine, theirs = record.get("value"), reference.get("value")
+    if path and isinstance(mine, str) and isinstance(theirs, str):
+        # "{{ inventory_dir }}/../x" from two inventory sources spells one file two ways.
+        return posixpath.normpath(mine) == posixpath.normpath(theirs)
+    return repr(mine) == repr(theirs)
 
 
 def check(inventory: dict) -> dict:

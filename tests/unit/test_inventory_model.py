@@ -430,3 +430,15 @@ def test_vgpu_cluster_components_need_a_node_outside_every_pool():
     inv["groups"]["kube_control_plane"]["hosts"] = ["cp"]
     inv["cluster_host"], inv["effective"] = "cp", {"cp": cidrs, "h1": gpu}
     assert accel_plan_inventory.check(inv)["cluster"] == []
+
+
+def test_a_path_spelt_two_ways_is_one_cluster_setting():
+    """Two inventory sources template {{ inventory_dir }}/.. differently: the same file is the same setting."""
+    cp = {"accel_kubeconfig": rec("inventories/lab/../../.lab/kubeconfig")}
+    other = {"accel_kubeconfig": rec("inventories/extra/../../.lab/kubeconfig")}
+    inv = inventory(groups={"pool_a": pool_group(["h1"])},
+                    effective={"cp": cp, "h1": {**other, **effective(pool="a", mode="pgpu")}},
+                    gpu_hosts=["h1"], cluster_host="cp")
+    assert accel_plan_inventory.check(inv)["hosts"]["h1"]["problems"] == []
+    inv["effective"]["h1"]["accel_kubeconfig"] = rec("/etc/kubernetes/admin.conf")
+    assert "a cluster setting that differs" in accel_plan_inventory.check(inv)["hosts"]["h1"]["problems"][0]

@@ -3,7 +3,9 @@
 - every path the host roles wrote on a fresh host lies under a watched path (a role that writes somewhere new
   without the watch list knowing would let drift there go unrepaired);
 - the re-run takes the fast path on every host and changes nothing;
-- a managed file deleted on one host makes that host run its roles again, which put the file back.
+- a managed file deleted on one host makes that host run its roles again, which put the file back;
+- the NVIDIA runtime's config turned back to NVIDIA's default on another host (the careless operator: unprivileged
+  containers could name GPUs in NVIDIA_VISIBLE_DEVICES again) makes that host run its roles, which undo it.
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ pytestmark = pytest.mark.lab
 LABEL = "kube-accel.test=host-state"
 POOLS = ["pool_pgpu", "pool_mps", "pool_vgpu_hami", "pool_mig", "pool_vgpu_vcuda"]
 DRIFTED = "/etc/modprobe.d/kube-accel-blacklist-nouveau.conf"
+RUNTIME_CONFIG = "/etc/nvidia-container-runtime/config.toml"
+ENVVAR_KEY = "accept-nvidia-visible-devices-envvar-when-unprivileged"
 
 
 def covered(path: str, watched: list[str]) -> bool:
@@ -61,13 +65,17 @@ def test_fast_path_covers_every_written_path_skips_and_repairs(fleet):
     assert rerun.output.count("Fast path: inputs and host state match the last full run") == len(hosts)
     assert "Install the NVIDIA driver" not in rerun.output  # no role was even included
 
-    drifted = hosts[0]
+    drifted, unsafe = hosts[0], hosts[1]
     bench_hosts.host_exec(drifted, f"rm {DRIFTED}")
+    bench_hosts.host_exec(unsafe, f"sed -i 's/^{ENVVAR_KEY} = false$/{ENVVAR_KEY} = true/' {RUNTIME_CONFIG}")
+    assert f"{ENVVAR_KEY} = true" in bench_hosts.host_exec(unsafe, f"cat {RUNTIME_CONFIG}").stdout.decode()
     repair = run_playbook("hosts.yml", inventory, env=env)
     assert f"host changed since the last full run: {DRIFTED}" in repair.output
-    assert repair.changed[drifted] > 0
-    assert all(repair.changed[h] == 0 for h in hosts[1:]), repair.changed
+    assert f"host changed since the last full run: {RUNTIME_CONFIG}" in repair.output
+    assert repair.changed[drifted] > 0 and repair.changed[unsafe] > 0
+    assert all(repair.changed[h] == 0 for h in hosts[2:]), repair.changed
     assert bench_hosts.host_exec(drifted, f"test -f {DRIFTED}").returncode == 0
+    assert f"{ENVVAR_KEY} = false" in bench_hosts.host_exec(unsafe, f"cat {RUNTIME_CONFIG}").stdout.decode()
 
     # With the fast path off, the full run finds nothing to change: the record agrees with the roles.
     full = run_playbook("hosts.yml", inventory, "-e", "accel_hosts_fast_path=false", env=env)

@@ -144,6 +144,13 @@ def test_the_site_run_installs_the_operator_from_the_archives_chart(lab, operato
     assert '"ClusterPolicy step completed","state:":"state-mig-manager","status":"ready"' in log, log[-3000:]
 
 
+def test_the_operator_namespace_is_exempt_from_hamis_webhook(lab, operator):
+    """The lab has a HAMi pool: HAMi's webhook would give its scheduler to the operator's validator pods (they ask for
+    nvidia.com/gpu), so the role labels the operator's namespace out of it, as an administrator would."""
+    labels = get(lab, "namespace", NAMESPACE)["metadata"]["labels"]
+    assert labels.get("hami.io/webhook") == "ignore", labels
+
+
 def test_the_controller_listens_on_loopback_only(operator):
     """Issue 15: nothing the lab starts listens beyond 127.0.0.1 (after leader election, with every controller on)."""
     out = subprocess.run(["ss", "-ltnpH"], capture_output=True, text=True, check=True).stdout

@@ -35,7 +35,7 @@ from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_chart_values 
     cluster_problems,
     cluster_settings,
 )
-from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_constants import MODES
+from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_constants import MODES, VGPU_BACKENDS
 from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_inventory import (
     RUNTIME_FACTS,
     VARIABLES,
@@ -62,12 +62,7 @@ def _origin(record: dict | None) -> str:
 
 def problem(who: str, name: str, record: dict | None, what: str, allowed: str) -> str:
     """``<who>: <name> = <value> (<origin>): <what>; allowed: <allowed>``."""
-    if record is None:
-        shown_value = "(not set)"
-    elif record.get("error"):
-        shown_value = shown(record.get("value"))
-    else:
-        shown_value = shown(record.get("value"))
+    shown_value = "(not set)" if record is None else shown(record.get("value"))
     where = f" ({_origin(record)})" if _origin(record) else ""
     return f"{who}: {name} = {shown_value}{where}: {what}; allowed: {allowed}"
 
@@ -308,7 +303,8 @@ class _Checker:
         for host in self.gpu_hosts:
             mine = self.effective.get(host) or {}
             settings = {k: r.get("value") for k, r in mine.items() if not r.get("error")}
-            if isinstance(settings.get("accel_pool"), str) and settings.get("accel_mode") in MODES:
+            if (isinstance(settings.get("accel_pool"), str) and settings.get("accel_mode") in MODES
+                    and (settings["accel_mode"] != "vgpu" or settings.get("accel_vgpu_backend") in VGPU_BACKENDS)):
                 pools.setdefault(settings["accel_pool"], {"pool": settings["accel_pool"],
                                                           "settings": {**defaults("pool"), **settings}})
         version = good.get("accel_kubernetes_version")

@@ -442,3 +442,10 @@ def test_a_path_spelt_two_ways_is_one_cluster_setting():
     assert accel_plan_inventory.check(inv)["hosts"]["h1"]["problems"] == []
     inv["effective"]["h1"]["accel_kubeconfig"] = rec("/etc/kubernetes/admin.conf")
     assert "a cluster setting that differs" in accel_plan_inventory.check(inv)["hosts"]["h1"]["problems"][0]
+
+
+def test_a_vgpu_pool_without_a_backend_is_reported_not_crashed_on():
+    gpu = {"accel_control_plane_cidrs": rec(["10.0.0.11/32"]), **effective(pool="v", mode="vgpu")}
+    inv = inventory(groups={"pool_v": pool_group(["h1"])}, effective={"h1": gpu}, gpu_hosts=["h1"])
+    out = accel_plan_inventory.check(inv)
+    assert out["cluster"] == [] and out["hosts"]["h1"]["settings"]["accel_mode"] == "vgpu"

@@ -87,7 +87,8 @@ class ActionModule(ActionBase):
         effective = {}
         for host in dict.fromkeys(gpu_hosts + ([cluster_host] if cluster_host else [])):
             if inventory.get_host(host) is not None:
-                effective[host] = self._effective(hostvars.raw_get(host))
+                # hostvars as a play task sees them: a value may name another host's.
+                effective[host] = self._effective({**hostvars.raw_get(host), "hostvars": hostvars})
 
         report = accel_plan_inventory.check({
             "groups": groups, "hosts": hosts, "extra": extra, "effective": effective, "gpu_hosts": gpu_hosts,

@@ -31,6 +31,11 @@ def accel_open_modules_required(facts):
     return sorted({r for r in map(accel_driver.open_modules_required, gpus) if r})
 
 
+def accel_loaded_driver(proc_version):
+    """``(/proc/driver/nvidia/version) | accel_loaded_driver`` -> {version, branch, flavor}, {} when none."""
+    return accel_driver.loaded_driver(str(proc_version or ""))
+
+
 def accel_fabric_manager_available(branch):
     return accel_driver.fabric_manager_available(branch)
 
@@ -46,6 +51,7 @@ def accel_kernel_args_owned(wanted, owned_before, entries):
 class FilterModule:
     def filters(self):
         return {
+            "accel_loaded_driver": accel_loaded_driver,
             "accel_apt_moves": accel_apt_moves,
             "accel_dnf_plan": accel_dnf_plan,
             "accel_dnf_stream": accel_dnf_stream,

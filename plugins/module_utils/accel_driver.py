@@ -188,6 +188,21 @@ def driver_branch_number(value):
     return int(match.group(1)) if match else None
 
 
+# /proc/driver/nvidia/version's first line: "NVRM version: NVIDIA UNIX x86_64 Kernel Module  550.54.15  Tue ..." or
+# "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.159.04  Release Build ...".
+_PROC_VERSION_RE = re.compile(r"NVRM version:.*?Kernel Module\b.*?\s(\d+)\.(\d+)(?:\.(\d+))?\s")
+
+
+def loaded_driver(proc_version: str) -> dict:
+    """The loaded driver from /proc/driver/nvidia/version: {"version", "branch", "flavor"}; {} when it says none."""
+    match = _PROC_VERSION_RE.search(proc_version or "")
+    if not match:
+        return {}
+    version = ".".join(part for part in match.groups() if part is not None)
+    return {"version": version, "branch": match.group(1),
+            "flavor": "open" if "Open Kernel Module" in match.group(0) else "proprietary"}
+
+
 def fabric_manager_available(branch) -> bool:
     number = driver_branch_number(branch)
     return number is not None and number in FABRIC_MANAGER_BRANCHES

@@ -179,13 +179,16 @@ VARIABLES: dict[str, dict] = {
                                "placement rules.", grammar="mig_geometry", applies=PGPU),
     "accel_driver_branch": _var("pool", "str", "NVIDIA driver branch, e.g. \"550\" (three digits; the flavour is "
                                 "accel_driver_flavor's).", default="535", grammar="driver_branch"),
-    "accel_driver_source": _var("pool", "str", "Where the driver packages come from.",
-                                choices=["distro", "cuda-repo"], default="distro"),
+    "accel_driver_source": _var("pool", "str", "Where the driver comes from: the distribution's packages, NVIDIA's "
+                                "CUDA repository, or preinstalled by the host's image (DGX OS, cloud GPU images, "
+                                "Packer): checked against the plan, nothing installed.",
+                                choices=["distro", "cuda-repo", "preinstalled"], default="distro"),
     "accel_driver_repo_url": _var("pool", "str", "CUDA repository (or mirror) URL for driver_source cuda-repo "
                                   "(https).", grammar="https_url", applies={"accel_driver_source": ("cuda-repo",)}),
     "accel_driver_flavor": _var("pool", "str", "NVIDIA kernel modules: open (Turing and newer; the only ones "
                                 "Blackwell and Grace Hopper run with) or proprietary; unset: open only where a GPU "
-                                "needs them.", choices=["open", "proprietary"]),
+                                "needs them.", choices=["open", "proprietary"],
+                                applies={"accel_driver_source": ("distro", "cuda-repo")}),
     "accel_container_runtime": _var("pool", "str", "Container runtime configured for the NVIDIA runtime.",
                                     choices=["containerd", "crio", "docker"], default="containerd"),
     "accel_iommu": _var("pool", "bool", "Enable the IOMMU on the kernel command line.", default=False),

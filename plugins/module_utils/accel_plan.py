@@ -164,6 +164,39 @@ def rule_vgpu_backend(ctx: Context) -> list[str]:
     return problems
 
 
+def rule_preinstalled_driver(ctx: Context) -> list[str]:
+    """accel_driver_source preinstalled: the driver the host's image brings must answer NVML, be the planned branch,
+    have its kernel module loaded, and on NVSwitch systems have its fabric up (Fabric Manager running)."""
+    if ctx.value("accel_driver_source") != "preinstalled" or ctx.value("accel_vfio_passthrough"):
+        return []
+    facts = ctx.facts or {}
+    allowed_source = "a host whose image has the driver loaded, or accel_driver_source distro or cuda-repo"
+    if not facts.get("count") and not facts.get("driver_version"):
+        return [ctx.problem("accel_driver_source", "preinstalled", "no NVIDIA driver answers on this host (NVML: "
+                            f"{facts.get('reason') or 'no GPU'})", allowed_source)]
+    problems = []
+    installed = str(facts.get("driver_version") or "")
+    branch = _driver_branch(installed)
+    raw = ctx.value("accel_driver_branch")
+    if branch is not None and branch != _driver_branch(raw):
+        problems.append(ctx.problem("accel_driver_branch", raw, f"the host's preinstalled driver is {installed} "
+                                    f"(branch {branch})", f"accel_driver_branch \"{branch}\" for this image, or "
+                                    "accel_driver_source distro or cuda-repo to install the planned branch"))
+    modules = facts.get("kernel_modules")
+    if modules and "nvidia" not in modules:
+        problems.append(ctx.problem("accel_driver_source", "preinstalled", f"the nvidia kernel module is not loaded "
+                                    f"(loaded: {', '.join(modules)})", allowed_source))
+    if facts.get("nvswitch"):
+        waiting = sorted({g.get("fabric_state") for g in ctx.gpus} - {"completed", None, "not-supported"})
+        if waiting:
+            problems.append(ctx.problem(
+                "accel_driver_source", "preinstalled", f"the GPUs sit on an NVSwitch fabric whose state is "
+                f"{', '.join(waiting)}: NVIDIA Fabric Manager of the driver's version is not running on this image",
+                "nvidia-fabricmanager of the driver's version running on NVSwitch systems, or accel_driver_source "
+                "distro or cuda-repo (which install it)"))
+    return problems
+
+
 def rule_hami_driver(ctx: Context) -> list[str]:
     """A HAMi pool only on the drivers its limits are promised for (HAMI_MIN/MAX_*): below CUDA 12 the backend is
     gpu-manager; newer than verified needs accel_vgpu_hami_unverified_driver."""
@@ -489,6 +522,7 @@ def rule_recorded_snapshot(ctx: Context) -> list[str]:
 RULES = (
     rule_mode,
     rule_recorded_snapshot,
+    rule_preinstalled_driver,
     rule_vgpu_backend,
     rule_hami_driver,
     rule_mig_exclusive,

@@ -449,3 +449,11 @@ def test_a_vgpu_pool_without_a_backend_is_reported_not_crashed_on():
     inv = inventory(groups={"pool_v": pool_group(["h1"])}, effective={"h1": gpu}, gpu_hosts=["h1"])
     out = accel_plan_inventory.check(inv)
     assert out["cluster"] == [] and out["hosts"]["h1"]["settings"]["accel_mode"] == "vgpu"
+
+
+def test_the_driver_flavor_of_a_preinstalled_image_is_the_images():
+    inv = inventory(groups={"pool_a": pool_group(["h1"], driver_flavor="open")},
+                    effective={"h1": effective(pool="a", mode="pgpu", driver_source="preinstalled",
+                                               driver_flavor="open")}, gpu_hosts=["h1"])
+    (problem,) = accel_plan_inventory.check(inv)["hosts"]["h1"]["problems"]
+    assert "it applies with accel_driver_source distro or cuda-repo" in problem

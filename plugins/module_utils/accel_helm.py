@@ -259,6 +259,17 @@ class Helm:
         argv = self.upgrade_argv(spec, values_file, dry_run=True)
         return _parse_json(self.call(argv, f"rendering release {spec.name} (dry run)"), argv)
 
+    def template_argv(self, spec: ReleaseSpec, values_file: str) -> list[str]:
+        argv = [self.binary, "template", spec.name, spec.chart, "--namespace", spec.namespace, "--values", values_file]
+        return argv + (["--version", spec.chart_version] if spec.chart_version else [])
+
+    def render_offline(self, spec: ReleaseSpec, values_file: str) -> dict:
+        """The release as ``helm template`` renders it, without the cluster, in ``render``'s shape (manifest, chart
+        metadata): for a first install whose chart's CRDs the cluster does not have yet (MISSING_CRDS)."""
+        argv = self.template_argv(spec, values_file)
+        manifest = self.call(argv, f"rendering release {spec.name} (client side)")
+        return {"manifest": manifest, "chart": {"metadata": self.show_chart(spec.chart, spec.chart_version)}}
+
     def show_chart(self, chart: str, version: str | None) -> dict:
         argv = [self.binary, "show", "chart", chart, *(["--version", version] if version else [])]
         return load_yaml_text(self.call(argv, f"reading chart {chart}"), f"Chart.yaml of {chart}")
@@ -278,6 +289,10 @@ class Helm:
         if len(entries) != 1:
             raise HelmError(f"`helm pull {chart}` did not unpack one chart directory in {dest}: {entries}")
         return os.path.join(dest, entries[0])
+
+
+# What helm's server dry run says of a chart's custom resource whose CRD (in the chart's crds/) is not installed yet.
+MISSING_CRDS = ("ensure crds are installed first", "no matches for kind")
 
 
 def _parse_json(text: str, argv: Sequence[str]) -> Any:
@@ -355,7 +370,15 @@ def _converge(helm: Helm, spec: ReleaseSpec, deployed: Deployed | None, recovery
             meta = helm.show_chart(spec.chart, spec.chart_version)
             rendered = None
         else:
-            rendered = helm.render(spec, values_file) or {}
+            try:
+                rendered = helm.render(spec, values_file) or {}
+            except HelmError as exc:
+                if deployed is not None or not any(m in (exc.stderr or "").lower() for m in MISSING_CRDS):
+                    raise
+                # A first install on a cluster without the chart's CRDs: helm's server dry run applies no crds/, so
+                # the chart's own custom resources cannot be rendered there; the install applies crds/ first.
+                rendered = helm.render_offline(spec, values_file)
+                result["rendered"] = "client side: the cluster lacks the chart's CRDs (its install applies them first)"
             meta = (rendered.get("chart") or {}).get("metadata") or {}
         desired = Desired(
             chart_name=meta.get("name", ""),

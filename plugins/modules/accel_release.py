@@ -14,7 +14,10 @@ description:
   - The desired release is rendered with C(helm upgrade --install --dry-run=server --output json) and compared
     with C(helm list), C(helm get values) and C(helm get manifest) of the deployed release (chart name and
     version, app version, the user-supplied values and every object of the manifest). A release whose status is
-    not C(deployed) (failed, pending) always counts as changed.
+    not C(deployed) (failed, pending) always counts as changed. The server dry run applies none of the chart's
+    C(crds/), so on a first install into a cluster without them (the GPU Operator's ClusterPolicy on a fresh cluster)
+    it cannot render the chart's custom resources, so the release is rendered with C(helm template) instead (RV(rendered))
+    and installed, which applies C(crds/) first.
   - A C(failed) release (an earlier run with O(atomic=false), or a rollback that failed) is first rolled back to
     its last good revision, then upgraded if it still differs. helm 3 patches from the last deployed manifest,
     so without this a field that only the failed revision added would stay on the live objects.
@@ -193,6 +196,12 @@ app_version:
   returned: when the release exists or is being installed
   type: str
   sample: 1.0.0
+rendered:
+  description: Set when the desired release was rendered client side (C(helm template)) because the cluster lacks the
+    chart's CRDs on a first install.
+  returned: when that happened
+  type: str
+  sample: "client side: the cluster lacks the chart's CRDs (its install applies them first)"
 objects:
   description: Objects of the release manifest (hooks excluded); namespace is null for cluster-scoped kinds.
   returned: always

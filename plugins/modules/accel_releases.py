@@ -115,8 +115,8 @@ RETURN = r"""
 releases:
   description:
     - Release name -> what M(kube_accel.gpu.accel_release) returns for it (C(revision), C(status), C(chart), C(app_version),
-      C(objects), C(changes), C(changed), and C(command), C(rollback_command), C(rolled_back_to), C(recovered) when
-      they apply).
+      C(objects), C(changes), C(changed), and C(command), C(rollback_command), C(rolled_back_to), C(recovered),
+      C(rendered) when they apply).
     - On failure, only the releases that went through.
   returned: always
   type: dict

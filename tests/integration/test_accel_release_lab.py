@@ -238,3 +238,29 @@ def test_failed_release_without_atomic_is_recovered_on_the_next_run(lab, release
     spec = deployment(lab, release)
     assert "nodeSelector" not in spec["spec"]["template"]["spec"]
     assert spec["spec"]["template"]["metadata"]["labels"]["team"] == "ml"
+
+
+WITH_CRD = REPO / "tests" / "data" / "charts" / "with-crd"
+WIDGETS = "widgets.test.kube-accel.io"
+
+
+def test_a_first_install_into_a_cluster_without_the_charts_crds(lab, release, tmp_path):
+    """Issue 29: helm's server dry run applies no crds/, so a chart whose templates hold a resource of its own CRD
+    (the GPU Operator's ClusterPolicy) could not be rendered on a fresh cluster and the first install failed. On the
+    lab's API server without the CRD, the module renders client side and the install applies the CRD first."""
+    lab.kubectl_run("delete", "crd", WIDGETS, "--ignore-not-found", "--wait=true")
+    args = {"name": release, "namespace": NAMESPACE, "chart": str(WITH_CRD), "create_namespace": True}
+    try:
+        rc, checked, out = playbook(lab, args, tmp_path, check=True)
+        assert rc == 0 and checked["changed"] and checked["rendered"].startswith("client side"), out
+        assert lab.kubectl_run("get", "crd", WIDGETS, check=False).returncode != 0  # check mode wrote nothing
+        rc, result, out = playbook(lab, args, tmp_path)
+        assert rc == 0 and result["changed"], out
+        widget = json.loads(lab.kubectl_run("get", "widgets", f"{release}-widget", "-o", "json").stdout)
+        assert widget["spec"]["size"] == 1
+        # With the CRD now installed, a second run renders on the server again and changes nothing.
+        rc, again, out = playbook(lab, args, tmp_path)
+        assert rc == 0 and not again["changed"] and "rendered" not in again, out
+    finally:
+        helm(lab, "uninstall", release, "--wait", "--timeout", "60s")
+        lab.kubectl_run("delete", "crd", WIDGETS, "--ignore-not-found", check=False)

@@ -792,3 +792,41 @@ def test_history_is_read_as_json_for_both_majors(version):
     assert ah.Helm("/h", fake).history("rel", "ns")[0]["status"] == "deployed"
     argv = next(c for c in fake.calls if c[1] == "history")
     assert argv[-2:] == ["--output", "json"]
+
+
+class CrdLessHelm(FakeHelm):
+    """A cluster without the chart's CRDs: helm's server dry run cannot render the chart's custom resources (as
+    helm v3.21 answers for the GPU Operator's ClusterPolicy on a fresh cluster), `helm template` renders them."""
+
+    def __call__(self, argv):
+        argv = list(argv)
+        if argv[1] == "upgrade" and "--dry-run=server" in argv:
+            self.calls.append(argv)
+            return 1, "", ('Error: unable to build kubernetes objects from new release manifest: resource mapping not '
+                           'found for name: "cluster-policy" namespace: "" from "": no matches for kind '
+                           '"ClusterPolicy" in version "nvidia.com/v1"\nensure CRDs are installed first\n')
+        if argv[1] == "template":
+            self.calls.append(argv)
+            return 0, MANIFEST_V1, ""
+        return super().__call__(argv)
+
+
+def test_a_first_install_renders_client_side_when_the_cluster_lacks_the_charts_crds():
+    """Issue 29: a first install with the GPU Operator failed on a fresh cluster, since the server dry run applies
+    no crds/; the install itself applies them first, so it goes ahead, its diff rendered by `helm template`."""
+    fake = CrdLessHelm()
+    result = present(fake, diff=True)
+    assert result["changed"] and result["rendered"].startswith("client side")
+    assert result["chart"] == "tiny-0.1.0" and len(fake.real_upgrades()) == 1
+    assert [c for c in fake.calls if c[1] == "template"][0][:4] == ["/usr/bin/helm", "template", "rel", str(TINY)]
+    fake = CrdLessHelm()
+    checked = present(fake, check=True)
+    assert checked["changed"] and checked["objects"] and not fake.real_upgrades()
+
+
+def test_an_upgrade_does_not_hide_a_missing_crd():
+    """A deployed release whose dry run misses a CRD is not a first install: the error stands."""
+    fake = CrdLessHelm(release=deployed_release())
+    with pytest.raises(herr.HelmError, match="ensure CRDs are installed first|no matches for kind"):
+        present(fake)
+    assert not fake.real_upgrades()

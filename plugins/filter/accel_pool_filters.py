@@ -4,7 +4,12 @@
 
 from __future__ import annotations
 
-from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_chart_values, accel_pools, accel_verify
+from ansible_collections.kube_accel.gpu.plugins.module_utils import (
+    accel_chart_values,
+    accel_ownership,
+    accel_pools,
+    accel_verify,
+)
 
 # Facts of every host the pools need: its GPUs, and its os-release as the preflight read it (NFD's OS labels).
 HOST_FACTS = ("nvidia_gpus", "preflight_os_release")
@@ -82,6 +87,21 @@ def accel_pool_releases(pools, cluster, prefix=accel_chart_values.RELEASE_PREFIX
     return accel_chart_values.pool_releases(pools, cluster, prefix, chart_dir)
 
 
+def accel_desired_releases(pools, namespace, others=None):
+    """``pools | accel_desired_releases(namespace, [monitoring, operator])`` -> ["namespace/name", ...]."""
+    return accel_ownership.desired(list(pools or []), str(namespace), [str(o) for o in others or [] if o])
+
+
+def accel_stale_releases(desired, configmap_data, namespace):
+    """``desired | accel_stale_releases(ownership_configmap_data, namespace)`` -> ["namespace/name", ...]."""
+    return accel_ownership.stale(list(desired or []), dict(configmap_data or {}), str(namespace))
+
+
+def accel_ownership_record(desired):
+    """``desired | accel_ownership_record`` -> the ownership ConfigMap's data."""
+    return accel_ownership.record_data(list(desired or []))
+
+
 def accel_verify_pools(pools, releases, gpu_operator=False):
     """The verify module's pool list (accel_verify.expected_pools)."""
     return accel_verify.expected_pools(pools, releases, bool(gpu_operator))
@@ -98,4 +118,7 @@ class FilterModule:
             "accel_cluster_problems": accel_cluster_problems,
             "accel_pool_releases": accel_pool_releases,
             "accel_verify_pools": accel_verify_pools,
+            "accel_stale_releases": accel_stale_releases,
+            "accel_desired_releases": accel_desired_releases,
+            "accel_ownership_record": accel_ownership_record,
         }

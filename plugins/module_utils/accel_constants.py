@@ -21,6 +21,10 @@ POOL_DERIVED_NAMES = {
     "verify Job": "kube-accel-verify-{pool}",
 }
 
+# The ConfigMap (in accel_namespace) where the cluster play records the Helm releases kube-accel owns, so that a later
+# run (or version) removes those no pool or setting needs any more (accel_ownership).
+OWNERSHIP_CONFIGMAP = "kube-accel-owned"
+
 # Product labels, by short name.
 LABELS = {
     "pool": f"{LABEL_PREFIX}/pool",

@@ -78,6 +78,13 @@ options:
   operator_namespace:
     description: Namespace of the GPU Operator whose operands are checked; none when omitted.
     type: str
+  releases:
+    description:
+      - The releases the cluster play keeps (C(namespace/name)). Given, every release kube-accel owns (its ownership
+        record C(kube-accel-owned) in O(namespace), and the pool release names there) that is still deployed but not
+        listed fails the verification as a leftover.
+    type: list
+    elements: str
 extends_documentation_fragment:
   - kube_accel.gpu.kube_client
   - ansible.builtin.action_common_attributes
@@ -133,8 +140,12 @@ fake_nodes:
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_constants import POOL_DERIVED_NAMES
+from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_constants import (
+    OWNERSHIP_CONFIGMAP,
+    POOL_DERIVED_NAMES,
+)
 from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_kube import KUBE_ARGUMENT_SPEC, api_client
+from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_ownership import stale
 from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_verify import (
     FAKE_NODE_ANNOTATION,
     LAB_CAPACITY_ANNOTATION,
@@ -203,6 +214,24 @@ def run_job(batch, core, p, pool) -> tuple[str, list[str], list]:
         batch.delete_namespaced_job(name, ns, propagation_policy="Background")
 
 
+def leftover_releases(core, namespace: str, wanted: list) -> list[str]:
+    """Releases kube-accel owns (its ownership record, and the pool release names) that are deployed but not
+    ``wanted``: Helm keeps each release's state in Secrets labelled owner=helm, name, status."""
+    try:
+        record = core.read_namespaced_config_map(OWNERSHIP_CONFIGMAP, namespace).data
+    except ApiException as exc:
+        if exc.status != 404:
+            raise
+        record = None
+    found = []
+    for ref in stale(list(wanted), record, namespace):
+        release_ns, name = ref.split("/", 1)
+        secrets = core.list_namespaced_secret(release_ns, label_selector=f"owner=helm,name={name},status=deployed")
+        if secrets.items:
+            found.append(ref)
+    return found
+
+
 def daemonset_of(pod) -> str | None:
     return next((o.name for o in (pod.metadata.owner_references or []) if o.kind == "DaemonSet"), None)
 
@@ -257,6 +286,7 @@ def main():
             "job_timeout": {"type": "int", "default": 120},
             "settle_timeout": {"type": "int", "default": 180},
             "operator_namespace": {"type": "str"},
+            "releases": {"type": "list", "elements": "str"},
             **KUBE_ARGUMENT_SPEC,
         },
         supports_check_mode=True,
@@ -319,6 +349,12 @@ def main():
         problems += pool_problems
         rows.append(row)
     table = render_table(rows, fake, total, inventory)
+    if p["releases"] is not None:
+        leftovers = leftover_releases(core, p["namespace"], p["releases"])
+        problems += [f"release {name} is still deployed but no pool or setting wants it (leftover)"
+                     for name in leftovers]
+        table += (f"\nreleases: {len(leftovers)} leftover(s): {', '.join(leftovers)}" if leftovers
+                  else "\nreleases: no leftover (ownership record and pool release names read from the cluster)")
     result = {"changed": False, "rows": rows, "table": table, "problems": problems, "fake_nodes": fake}
     if problems:
         module.fail_json(msg="pool verification failed:\n" + "\n".join(problems) + "\n\n" + table, **result)

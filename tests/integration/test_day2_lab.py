@@ -1,0 +1,118 @@
+"""Day 2 in the lab (issue 29, first part): a pool that changes mode leaves no release of its old mode behind.
+
+Before, switching the lab's pool "mps" to time-slicing left `kube-accel-mps` at its old revision with its device
+plugin and MPS control daemon on the node, beside the time-slicing release's plugin, and verify failed
+("allocatable has no nvidia.com/gpu.shared"). Now the cluster play's last role (release_cleanup) uninstalls what
+kube-accel owns and no pool needs, records what it owns, and verify fails naming any leftover.
+
+Evidence: the lab's real kube-apiserver and helm (the releases, their DaemonSets, the ownership record), the
+device-plugin stand-in's capacity for the node (the upstream config-manager following the new label).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+pytestmark = pytest.mark.lab
+
+REPO = Path(__file__).resolve().parents[2]
+PLAYBOOK = str(Path(sys.executable).parent / "ansible-playbook")
+LAB = REPO / "inventories" / "lab"
+# Two levels under the repo like inventories/lab, so the lab's inventory_dir-relative paths resolve.
+SWITCHED = REPO / "inventories" / ".tmp-day2"
+TAGS = ("--tags", "preflight,cluster,verify")
+
+
+def site(lab, inventory: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1",
+           "PATH": f"{lab.helm.parent}:{os.environ['PATH']}"}
+    return subprocess.run([PLAYBOOK, "-i", str(inventory), str(REPO / "ansible" / "site.yml"), *TAGS], cwd=REPO,
+                          env=env, capture_output=True, text=True, check=False, timeout=900)
+
+
+def releases(lab) -> dict[str, str]:
+    out = subprocess.run([str(lab.helm), "list", "-A", "-o", "json", "--kubeconfig", str(lab.kubeconfig)],
+                         capture_output=True, text=True, check=True).stdout
+    return {r["name"]: r["status"] for r in json.loads(out)}
+
+
+def daemonsets(lab) -> set[str]:
+    out = lab.kubectl_run("get", "daemonsets", "-n", "kube-accel", "-o", "json").stdout
+    return {d["metadata"]["labels"].get("app.kubernetes.io/instance", "") for d in json.loads(out)["items"]}
+
+
+@pytest.fixture
+def switched():
+    """The lab inventory with pool "mps" switched to time-slicing (4 replicas), removed afterwards."""
+    shutil.rmtree(SWITCHED, ignore_errors=True)
+    shutil.copytree(LAB, SWITCHED)
+    path = SWITCHED / "group_vars" / "pool_mps.yml"
+    pool = yaml.safe_load(path.read_text())
+    pool.pop("accel_mps_replicas")
+    pool.update(accel_mode="timeslice", accel_timeslice_replicas=4)
+    path.write_text("---\n" + yaml.safe_dump(pool, sort_keys=False))
+    yield SWITCHED / "hosts.yml"
+    shutil.rmtree(SWITCHED, ignore_errors=True)
+
+
+def test_a_pool_switched_from_mps_to_timeslice_leaves_nothing_behind(lab, switched):
+    before = site(lab, LAB / "hosts.yml")
+    assert before.returncode == 0, before.stdout[-4000:]
+    assert "kube-accel-mps" in releases(lab) and "kube-accel-mps" in daemonsets(lab)
+
+    proc = site(lab, switched)
+    assert proc.returncode == 0, proc.stdout[-5000:] + proc.stderr[-2000:]
+    assert "Uninstall the releases no pool or setting needs any more" in proc.stdout
+    now = releases(lab)
+    assert "kube-accel-mps" not in now and now["kube-accel-timeslice"] == "deployed", now
+    assert "kube-accel-mps" not in daemonsets(lab)
+    labels = json.loads(lab.kubectl_run("get", "node", "lab-mps-0", "-o", "json").stdout)["metadata"]["labels"]
+    assert labels["kube-accel.io/mode"] == "timeslice" and labels["nvidia.com/device-plugin.config"] == "timeslice-4"
+    owned = json.loads(lab.kubectl_run("get", "configmap", "kube-accel-owned", "-n", "kube-accel", "-o",
+                                       "json").stdout)["data"]["releases"]
+    assert "kube-accel/kube-accel-mps" not in json.loads(owned)
+    assert "releases: no leftover" in proc.stdout
+
+    # And back: the MPS release returns, the time-slicing release serves its own pool only.
+    back = site(lab, LAB / "hosts.yml")
+    assert back.returncode == 0, back.stdout[-5000:]
+    assert releases(lab)["kube-accel-mps"] == "deployed" and "kube-accel-mps" in daemonsets(lab)
+
+
+def test_what_an_earlier_run_owned_and_no_one_wants_is_a_leftover_then_removed(lab):
+    """A release the ownership record names (as an earlier version would have recorded one it created) that nothing
+    wants now fails verify, which names it; the next cluster run uninstalls it and drops it from the record. A release
+    of the same kind the record does not name is never touched (tests/unit/test_accel_ownership.py)."""
+    name = "kube-accel-retired"
+    site(lab, LAB / "hosts.yml")  # converged, with a record
+    tiny = REPO / "tests" / "data" / "charts" / "tiny"
+    subprocess.run([str(lab.helm), "install", name, str(tiny), "-n", "kube-accel", "--kubeconfig",
+                    str(lab.kubeconfig)], check=True, capture_output=True)
+    record = json.loads(lab.kubectl_run("get", "configmap", "kube-accel-owned", "-n", "kube-accel", "-o",
+                                        "json").stdout)["data"]["releases"]
+    patch = {"data": {"releases": json.dumps(sorted(json.loads(record) + [f"kube-accel/{name}"]))}}
+    lab.kubectl_run("patch", "configmap", "kube-accel-owned", "-n", "kube-accel", "--type", "merge", "-p",
+                    json.dumps(patch))
+    try:
+        env = {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1"}
+        verify = subprocess.run([PLAYBOOK, "-i", str(LAB / "hosts.yml"), str(REPO / "ansible" / "verify.yml")],
+                                cwd=REPO, env=env, capture_output=True, text=True, check=False, timeout=600)
+        assert verify.returncode != 0
+        assert f"release kube-accel/{name} is still deployed but no pool or setting wants it (leftover)" in \
+            verify.stdout, verify.stdout[-4000:]
+        cleaned = site(lab, LAB / "hosts.yml")
+        assert cleaned.returncode == 0, cleaned.stdout[-4000:]
+        assert name not in releases(lab)
+        record = lab.kubectl_run("get", "configmap", "kube-accel-owned", "-n", "kube-accel", "-o", "json").stdout
+        assert name not in record
+    finally:
+        subprocess.run([str(lab.helm), "uninstall", name, "-n", "kube-accel", "--kubeconfig", str(lab.kubeconfig)],
+                       check=False, capture_output=True)

@@ -111,7 +111,8 @@ def run(inventory: Path, playbook: str = "ansible/site.yml") -> dict:
                 continue
             for host, result in task["hosts"].items():
                 # The inventory lives in a temporary directory: name it INVENTORY, so reports compare across runs.
-                text = str(result.get("msg", "")).replace(root, "INVENTORY")
+                # The checkout's own path (a snapshot path names it) likewise: REPO.
+                text = str(result.get("msg", "")).replace(root, "INVENTORY").replace(str(REPO), "REPO")
                 messages[host] = text
                 lines = text.split("\n- ")
                 problems[host] = lines[1:] if result.get("failed") else []

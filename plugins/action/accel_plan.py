@@ -65,8 +65,8 @@ class ActionModule(ActionBase):
 
         groups = {}
         for group in inventory.groups.values():
-            own = combine_vars(group.get_vars(), get_vars_from_inventory_sources(self._loader, inventory._sources,
-                                                                               [group], "all"))
+            sourced = get_vars_from_inventory_sources(self._loader, inventory._sources, [group], "all")
+            own = combine_vars(group.get_vars(), sourced)
             if basedir:
                 own = combine_vars(own, get_vars_from_path(self._loader, basedir, [group], "all"))
             groups[group.name] = {"vars": {k: self._record(v) for k, v in own.items()},
@@ -74,8 +74,8 @@ class ActionModule(ActionBase):
                                   "hosts": [h.name for h in group.hosts]}
         hosts = {}
         for host in inventory.hosts.values():
-            own = combine_vars(host.get_vars(), get_vars_from_inventory_sources(self._loader, inventory._sources,
-                                                                             [host], "all"))
+            sourced = get_vars_from_inventory_sources(self._loader, inventory._sources, [host], "all")
+            own = combine_vars(host.get_vars(), sourced)
             if basedir:
                 own = combine_vars(own, get_vars_from_path(self._loader, basedir, [host], "all"))
             hosts[host.name] = {"vars": {k: self._record(v) for k, v in own.items() if k not in _MAGIC}}

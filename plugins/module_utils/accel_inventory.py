@@ -61,10 +61,8 @@ def _var(scope, type_, description, **extra):
 
 VARIABLES: dict[str, dict] = {
     # Cluster-wide (group_vars/all).
-    "accel_kubeconfig": _var("cluster", "path", "Kubeconfig used to reach the cluster's API server.",
-                              grammar="path"),
-    "accel_kube_context": _var("cluster", "str", "Kubeconfig context; empty uses the current context.",
-                                grammar="line"),
+    "accel_kubeconfig": _var("cluster", "path", "Kubeconfig used to reach the cluster's API server.", grammar="path"),
+    "accel_kube_context": _var("cluster", "str", "Kubeconfig context; empty uses the current context.", grammar="line"),
     "accel_kubernetes_version": _var("cluster", "str",
                                      "Kubernetes minor version of the cluster (e.g. \"1.36\"); pGPU NUMA "
                                      "alignment needs 1.30 or newer (kubelet --config-dir).",

@@ -162,8 +162,8 @@ def gpu_operator_values(pools: list[dict[str, Any]], cluster: dict[str, Any] | N
         node["repository"] = _mirror(spec["repository"], registry)
         node["image"] = spec["image"]
         # A digest replaces the tag: the operator then pulls repository/image@digest.
-        digest = "" if operand in CHART_BUILT_IMAGES else _digest(str(spec["repository"]), str(spec["image"]),
-                                                                    str(spec["version"]), site_digests)
+        digest = "" if operand in CHART_BUILT_IMAGES else _digest(
+            str(spec["repository"]), str(spec["image"]), str(spec["version"]), site_digests)
         node["version"] = digest or str(spec["version"])
         if operand != "driver.manager":  # the driver manager inherits the driver's pull secrets
             node["imagePullSecrets"] = list(secrets)

@@ -387,8 +387,8 @@ def _host_runtime(value) -> str:
     if cgroup is not None and (isinstance(cgroup, bool) or cgroup not in (1, 2)):
         problems.append(f"cgroup_version is {_kind(cgroup)}, not 1 or 2")
     containerd = value.get("containerd_version")
-    if containerd is not None and not (isinstance(containerd, str) and re.fullmatch(r"[0-9]+\.[0-9]+\.[0-9]+",
-                                                                                  containerd)):
+    version = r"[0-9]+\.[0-9]+\.[0-9]+"
+    if containerd is not None and not (isinstance(containerd, str) and re.fullmatch(version, containerd)):
         problems.append(f"containerd_version is {_kind(containerd)}, not a version such as \"1.7.24\"")
     return "; ".join(problems)
 

@@ -107,4 +107,6 @@ def test_the_installed_role_still_refuses_a_bad_plan(user_env, tmp_path):
     proc = subprocess.run([str(BIN / "ansible-playbook"), "-i", "inventory.yml", "site.yml"], cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=300, check=False)
     assert proc.returncode == 2, proc.stdout[-3000:]
-    assert "accel_mode = 'fractional': not a kube-accel mode; allowed: vgpu, pgpu, mps, timeslice" in proc.stdout
+    # Field, value, where it was written, and what is allowed.
+    assert ("accel_mode = 'fractional' (inventory.yml:9): not a kube-accel mode; allowed: vgpu, pgpu, mps, timeslice"
+            in proc.stdout), proc.stdout[-3000:]

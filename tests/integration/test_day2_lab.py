@@ -116,3 +116,44 @@ def test_what_an_earlier_run_owned_and_no_one_wants_is_a_leftover_then_removed(l
     finally:
         subprocess.run([str(lab.helm), "uninstall", name, "-n", "kube-accel", "--kubeconfig", str(lab.kubeconfig)],
                        check=False, capture_output=True)
+
+
+DROPIN = "/etc/kubernetes/kubelet.conf.d/50-kube-accel-gpu.conf"
+
+
+def host_file_exists(host: str, path: str) -> bool:
+    return subprocess.run(["podman", "exec", host, "test", "-e", path], check=False).returncode == 0
+
+
+@pytest.fixture
+def numa_off():
+    """The lab inventory with the pgpu pool's NUMA policy turned off, removed afterwards."""
+    shutil.rmtree(SWITCHED, ignore_errors=True)
+    shutil.copytree(LAB, SWITCHED)
+    path = SWITCHED / "group_vars" / "pool_pgpu.yml"
+    pool = yaml.safe_load(path.read_text())
+    pool["accel_numa_policy"] = "none"
+    path.write_text("---\n" + yaml.safe_dump(pool, sort_keys=False))
+    yield SWITCHED / "hosts.yml"
+    shutil.rmtree(SWITCHED, ignore_errors=True)
+
+
+def hosts_run(lab, inventory: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1",
+           "PATH": f"{lab.helm.parent}:{os.environ['PATH']}"}
+    return subprocess.run([PLAYBOOK, "-i", str(inventory), str(REPO / "ansible" / "site.yml"), "--tags",
+                           "preflight,hosts", "--limit", "lab-pgpu-0"], cwd=REPO, env=env, capture_output=True,
+                          text=True, check=False, timeout=900)
+
+
+def test_a_numa_policy_turned_off_in_the_inventory_is_removed_from_the_host(lab, numa_off):
+    """The kubelet drop-in's removal path existed in kubelet_gpu but site.yml only ran the role for a policy other
+    than none, so turning it off left the drop-in (and the static CPU Manager) in force."""
+    on = hosts_run(lab, LAB / "hosts.yml")
+    assert on.returncode == 0, on.stdout[-4000:]
+    assert host_file_exists("lab-pgpu-0", DROPIN)
+    off = hosts_run(lab, numa_off)
+    assert off.returncode == 0, off.stdout[-4000:]
+    assert not host_file_exists("lab-pgpu-0", DROPIN), off.stdout[-3000:]
+    back = hosts_run(lab, LAB / "hosts.yml")
+    assert back.returncode == 0 and host_file_exists("lab-pgpu-0", DROPIN), back.stdout[-3000:]

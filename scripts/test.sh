@@ -2,8 +2,8 @@
 # make test, in two lanes that share nothing but the CPU (BENCHMARKS.md "Test suite"):
 #   hosts:   venv -> podman, host and Molecule images -> Molecule scenarios (podman hosts; the one Go-built command a
 #            scenario copies in, containerd 2.x, is built by its test: tests/molecule/test_scenarios.py)
-#   cluster: the Go toolchain and upstream builds -> lint -> pytest (lab integration tests in one process; beside
-#            it ansible-test sanity on the built collection, then the unit, chart and conformance tests)
+#   cluster: the Go toolchain and upstream builds -> pytest (lab integration tests in one process; beside it lint,
+#            ansible-test sanity on the built collection, then the unit, chart and conformance tests)
 # The Molecule lane starts as soon as its images exist, so its ~35 minutes (every scenario run) pass beside the Go
 # builds and pytest instead of after them. Its output goes to a log printed when both lanes have ended; each stage's
 # time still goes through scripts/stage.sh. Exit status: non-zero when any stage failed.
@@ -37,14 +37,16 @@ pytest_lane() {
 }
 
 rc=0
-if scripts/stage.sh toolchain scripts/toolchain.sh all && scripts/stage.sh lint "${make[@]}" lint; then
+if scripts/stage.sh toolchain scripts/toolchain.sh all; then
+  # Lint runs in the second lane, not before the lab tests: the lab lane is the longest, and waits on nothing.
   other_log=$(mktemp -t ka-pytest.XXXXXX)
-  { orc=0; scripts/stage.sh sanity "${make[@]}" sanity || orc=1
+  { orc=0; scripts/stage.sh lint "${make[@]}" lint || orc=1
+    scripts/stage.sh sanity "${make[@]}" sanity || orc=1
     pytest_lane pytest -m "not lab" --durations=15 || orc=1; exit "$orc"; } >"$other_log" 2>&1 &
   other_pid=$!
   pytest_lane pytest-lab -m lab --durations=25 || rc=1
   wait "$other_pid" || rc=1
-  echo "== ansible-test sanity; unit, chart and conformance tests =="
+  echo "== lint; ansible-test sanity; unit, chart and conformance tests =="
   cat "$other_log"
   rm -f "$other_log"
 else

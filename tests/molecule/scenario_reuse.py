@@ -259,8 +259,10 @@ def tool_versions() -> dict[str, str]:
 
 
 def environment() -> dict[str, str]:
+    """The ANSIBLE_* / MOLECULE_* / KA_* environment, the checkout's own path written REPO (ANSIBLE_CONFIG names it):
+    a clone elsewhere on this machine with the same files reuses the same records."""
     skip = {"KA_MOLECULE_REUSE", "KA_STAGE_LOG"}
-    return {k: v for k, v in sorted(os.environ.items())
+    return {k: v.replace(str(REPO), "REPO") for k, v in sorted(os.environ.items())
             if k.startswith(("ANSIBLE_", "MOLECULE_", "KA_")) and k not in skip}
 
 

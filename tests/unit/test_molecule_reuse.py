@@ -100,6 +100,15 @@ def test_image_tool_and_environment_changes_change_the_key(repo):
     assert key(repo, env={"ANSIBLE_FORKS": "5"}) != before
 
 
+def test_the_checkouts_own_path_is_not_part_of_the_environment(monkeypatch):
+    """CI's clone and a developer's checkout on one machine share records: ANSIBLE_CONFIG names the checkout."""
+    monkeypatch.setenv("ANSIBLE_CONFIG", f"{reuse.REPO}/ansible.cfg")
+    monkeypatch.setenv("KA_CACHE", "/elsewhere/cache")
+    env = reuse.environment()
+    assert env["ANSIBLE_CONFIG"] == "REPO/ansible.cfg"
+    assert env["KA_CACHE"] == "/elsewhere/cache"  # any other path still counts
+
+
 def test_a_missing_image_has_no_key(repo):
     assert key(repo, images={"localhost/kube-accel/debian12-python:1": None}) is None
 

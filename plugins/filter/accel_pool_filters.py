@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from ansible_collections.kube_accel.gpu.plugins.module_utils import (
     accel_chart_values,
+    accel_labels,
     accel_ownership,
     accel_pools,
     accel_verify,
@@ -72,6 +73,15 @@ def accel_managed_label_keys(_unused=None):
     return sorted(accel_pools.managed_label_keys())
 
 
+def accel_sharing_label_keys(_unused=None):
+    return sorted(accel_pools.sharing_label_keys())
+
+
+def accel_sharing_changes(changes):
+    """One node of accel_node_labels' ``switching`` -> "key before -> after; ..." (its cordon reason)."""
+    return accel_labels.describe_switch(dict(changes or {}))
+
+
 def accel_cluster_settings(variables, runtime_class=""):
     """{accel_* name: value} -> the cluster settings the releases read (accel_chart_values.cluster_settings)."""
     return accel_chart_values.cluster_settings(dict(variables or {}), runtime_class)
@@ -114,6 +124,8 @@ class FilterModule:
             "accel_os_release": accel_os_release,
             "accel_desired_nodes": accel_desired_nodes,
             "accel_managed_label_keys": accel_managed_label_keys,
+            "accel_sharing_label_keys": accel_sharing_label_keys,
+            "accel_sharing_changes": accel_sharing_changes,
             "accel_cluster_settings": accel_cluster_settings,
             "accel_cluster_problems": accel_cluster_problems,
             "accel_pool_releases": accel_pool_releases,

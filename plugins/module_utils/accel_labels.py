@@ -84,6 +84,36 @@ def plan(
     return patches, missing
 
 
+def switching(
+    nodes: dict[str, dict[str, Any]],
+    patches: dict[str, dict[str, Any]],
+    sharing_keys: set[str],
+) -> dict[str, dict[str, list[str | None]]]:
+    """Nodes whose way of sharing their GPUs the patches change: name -> {label: [before, after]}.
+
+    A node switches when it already carries one of ``sharing_keys`` (pool, mode, backend, device-plugin or MIG
+    config: it serves a pool) and a patch sets, changes or removes one of them (a MIG geometry added to its pool
+    included): its running GPU pods hold allocations of the old configuration. A node given those labels for the
+    first time does not switch.
+    """
+    out: dict[str, dict[str, list[str | None]]] = {}
+    for name, patch in patches.items():
+        labels = patch.get("metadata", {}).get("labels", {})
+        before = nodes[name]["labels"]
+        if not sharing_keys & set(before):
+            continue
+        changed = {key: [before.get(key), labels[key]] for key in sorted(sharing_keys & set(labels))}
+        if changed:
+            out[name] = changed
+    return out
+
+
+def describe_switch(changes: dict[str, list[str | None]]) -> str:
+    """One node's entry of ``switching`` as the cordon reason says it: "key before -> after; ..." ."""
+    return "; ".join(f"{key} {'(none)' if before is None else before} -> {'(removed)' if after is None else after}"
+                     for key, (before, after) in sorted(changes.items()))
+
+
 def nodes_from_list(listing: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """name -> {"labels", "taints"} from a NodeList read as raw JSON.
 

@@ -147,6 +147,13 @@ def os_labels(os_release: dict[str, str] | None) -> dict[str, str]:
     return out
 
 
+def sharing_label_keys() -> set[str]:
+    """The labels that decide how a node shares its GPUs: a change moves its device plugin to another config (or
+    another release), so its GPU pods are drained first (roles/pool_labels)."""
+    return {LABELS["pool"], LABELS["mode"], LABELS["vgpu_backend"], UPSTREAM_LABELS["device_plugin_config"],
+            UPSTREAM_LABELS["mig_config"]}
+
+
 def managed_label_keys() -> set[str]:
     """Every label key kube-accel may set; keys in this set that a node should no longer carry get removed."""
     return set(LABELS.values()) | set(UPSTREAM_LABELS.values())

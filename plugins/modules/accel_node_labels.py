@@ -40,6 +40,14 @@ options:
     description: Fail when a node in O(nodes) does not exist in the cluster.
     type: bool
     default: true
+  sharing_label_keys:
+    description:
+      - Label keys that decide how a node shares its GPUs (pool, mode, backend, device-plugin and MIG config). A node
+        whose patch changes or removes one it already carries is returned in RV(switching), since its GPU pods hold
+        allocations of the old configuration (roles/pool_labels drains it before the real run).
+    type: list
+    elements: str
+    default: []
 extends_documentation_fragment:
   - kube_accel.gpu.kube_client
   - ansible.builtin.action_common_attributes
@@ -82,6 +90,11 @@ missing:
   returned: always
   type: list
   elements: str
+switching:
+  description: Node name -> {label key -> [before, after]} for the O(sharing_label_keys) a patch changes or removes.
+  returned: always
+  type: dict
+  sample: {"gpu-a30-01": {"kube-accel.io/mode": ["mps", "timeslice"]}}
 """
 
 import json
@@ -94,6 +107,7 @@ from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_labels import
     nodes_from_list,
     plan,
     send_patches,
+    switching,
 )
 
 try:
@@ -117,6 +131,7 @@ def main():
             "managed_taint_keys": {"type": "list", "elements": "str", "default": [], "no_log": False},
             "prune_label": {"type": "str"},
             "fail_on_missing": {"type": "bool", "default": True},
+            "sharing_label_keys": {"type": "list", "elements": "str", "default": [], "no_log": False},
             **KUBE_ARGUMENT_SPEC,
         },
         supports_check_mode=True,
@@ -147,7 +162,8 @@ def main():
                 failed_nodes={name: describe(error) for name, error in failed.items()},
                 changed=len(failed) < len(patches),
             )
-    result = {"changed": bool(patches), "patched": patches, "missing": missing}
+    result = {"changed": bool(patches), "patched": patches, "missing": missing,
+              "switching": switching(current, patches, set(p["sharing_label_keys"]))}
     if module._diff and patches:
         result["diff"] = diff_of(current, patches)
     module.exit_json(**result)

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from lab_fixture import wait_for
 
 pytestmark = pytest.mark.lab
 
@@ -29,6 +30,7 @@ LAB = REPO / "inventories" / "lab"
 # Two levels under the repo like inventories/lab, so the lab's inventory_dir-relative paths resolve.
 SWITCHED = REPO / "inventories" / ".tmp-day2"
 TAGS = ("--tags", "preflight,cluster,verify")
+WORKLOADS = "day2-workloads"
 
 
 def site(lab, inventory: Path) -> subprocess.CompletedProcess:
@@ -63,14 +65,59 @@ def switched():
     shutil.rmtree(SWITCHED, ignore_errors=True)
 
 
-def test_a_pool_switched_from_mps_to_timeslice_leaves_nothing_behind(lab, switched):
+def pinned_pod(lab, name: str, node: str) -> str:
+    """A Deployment's pod on ``node`` (tolerating the pool's taint, as a GPU workload there does): its UID once
+    running (kwok runs it)."""
+    taints = json.loads(lab.kubectl_run("get", "node", node, "-o", "json").stdout)["spec"].get("taints") or []
+    deployment = {
+        "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name, "namespace": WORKLOADS},
+        "spec": {"replicas": 1, "selector": {"matchLabels": {"app": name}}, "template": {
+            "metadata": {"labels": {"app": name}},
+            "spec": {"nodeSelector": {"kubernetes.io/hostname": node}, "terminationGracePeriodSeconds": 0,
+                     "tolerations": [{"key": t["key"], "operator": "Exists", "effect": t["effect"]} for t in taints
+                                     if t["key"] != "node.kubernetes.io/unschedulable"],
+                     "containers": [{"name": "app", "image": "registry.invalid/pause:1"}]}}}}
+    subprocess.run([str(lab.kubectl), "--kubeconfig", str(lab.kubeconfig), "apply", "-f", "-"],
+                   input=json.dumps(deployment), text=True, capture_output=True, check=True)
+    return wait_for(f"a running pod of {name}", lambda: running_pod(lab, name))
+
+
+def running_pod(lab, name: str) -> str | None:
+    pods = json.loads(lab.kubectl_run("get", "pods", "-n", WORKLOADS, "-l", f"app={name}", "-o", "json").stdout)
+    return next((p["metadata"]["uid"] for p in pods["items"] if p["status"].get("phase") == "Running"
+                 and not p["metadata"].get("deletionTimestamp")), None)
+
+
+@pytest.fixture
+def workloads(lab):
+    lab.namespace(WORKLOADS)
+    yield
+    lab.kubectl_run("delete", "namespace", WORKLOADS, "--wait=false", check=False)
+
+
+def test_a_pool_switched_from_mps_to_timeslice_leaves_nothing_behind(lab, switched, workloads):
+    """And its node is drained before it is relabelled, returned to service at the end; other pools' nodes are not
+    touched. Evidence: the run's task order, the pods' UIDs and the node as the API server holds it."""
     before = site(lab, LAB / "hosts.yml")
     assert before.returncode == 0, before.stdout[-4000:]
     assert "kube-accel-mps" in releases(lab) and "kube-accel-mps" in daemonsets(lab)
+    mps_pod = pinned_pod(lab, "on-mps", "lab-mps-0")
+    bystander = pinned_pod(lab, "on-pgpu", "lab-pgpu-0")
 
     proc = site(lab, switched)
     assert proc.returncode == 0, proc.stdout[-5000:] + proc.stderr[-2000:]
     assert "Uninstall the releases no pool or setting needs any more" in proc.stdout
+    out = proc.stdout
+    drained = out.index("Cordon or drain a node whose sharing changes: drain")
+    assert drained < out.index("pool_labels : Reconcile the labels and taints of every pool's nodes]")
+    assert "lab-pgpu-0" not in out[out.index("Cordon or drain a node whose sharing changes: cordon"):drained]
+    assert running_pod(lab, "on-mps") != mps_pod  # evicted; its Deployment made another
+    assert running_pod(lab, "on-pgpu") == bystander
+    node = json.loads(lab.kubectl_run("get", "node", "lab-mps-0", "-o", "json").stdout)
+    assert not node["spec"].get("unschedulable"), "lab-mps-0 left cordoned"
+    last = json.loads(node["metadata"]["annotations"]["kube-accel.io/last-maintenance"])
+    assert last["reason"].startswith("kube-accel: sharing changes: "), last
+    assert "kube-accel.io/mode mps -> timeslice" in last["reason"], last
     now = releases(lab)
     assert "kube-accel-mps" not in now and now["kube-accel-timeslice"] == "deployed", now
     assert "kube-accel-mps" not in daemonsets(lab)
@@ -121,6 +168,10 @@ def test_what_an_earlier_run_owned_and_no_one_wants_is_a_leftover_then_removed(l
 
 
 DROPIN = "/etc/kubernetes/kubelet.conf.d/50-kube-accel-gpu.conf"
+# What roles/sriov writes for a physical function given VFs (defaults: sriov_config_dir, sriov_unit_dir).
+SRIOV_DIR = "/etc/kube-accel/sriov"
+WANTS = "/etc/systemd/system/multi-user.target.wants"
+VF_PF = "0000:17:00.0"
 
 
 def host_file_exists(host: str, path: str) -> bool:
@@ -150,13 +201,21 @@ def hosts_run(lab, inventory: Path) -> subprocess.CompletedProcess:
 
 def test_a_numa_policy_turned_off_in_the_inventory_is_removed_from_the_host(lab, numa_off):
     """The kubelet drop-in's removal path existed in kubelet_gpu but site.yml only ran the role for a policy other
-    than none, so turning it off left the drop-in (and the static CPU Manager) in force."""
+    than none, so turning it off left the drop-in (and the static CPU Manager) in force. The same held for SR-IOV:
+    the VF units an earlier plan enabled (planted here as the sriov role writes them: the lab's GPUs have no VFs)
+    stayed enabled once the pool's accel_sriov_numvfs went back to 0."""
     if not host_file_exists("lab-pgpu-0", DROPIN):  # the lab's own plan (pool pgpu: single-numa-node) writes it
         on = hosts_run(lab, LAB / "hosts.yml")
         assert on.returncode == 0, on.stdout[-4000:]
         assert host_file_exists("lab-pgpu-0", DROPIN)
+    subprocess.run(["podman", "exec", "lab-pgpu-0", "sh", "-c",
+                    f"mkdir -p {SRIOV_DIR} {WANTS} && echo SRIOV_NUMVFS=4 > {SRIOV_DIR}/{VF_PF}.env && "
+                    f"ln -sf /etc/systemd/system/kube-accel-sriov@.service {WANTS}/kube-accel-sriov@{VF_PF}.service"],
+                   check=True)
     off = hosts_run(lab, numa_off)
     assert off.returncode == 0, off.stdout[-4000:]
     assert not host_file_exists("lab-pgpu-0", DROPIN), off.stdout[-3000:]
+    assert not host_file_exists("lab-pgpu-0", f"{SRIOV_DIR}/{VF_PF}.env"), off.stdout[-3000:]
+    assert not host_file_exists("lab-pgpu-0", f"{WANTS}/kube-accel-sriov@{VF_PF}.service")
     back = hosts_run(lab, LAB / "hosts.yml")
     assert back.returncode == 0 and host_file_exists("lab-pgpu-0", DROPIN), back.stdout[-3000:]

@@ -6,11 +6,17 @@ import threading
 import time
 
 from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_labels import (
+    describe_switch,
     diff_of,
     node_patch,
     nodes_from_list,
     plan,
     send_patches,
+    switching,
+)
+from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_pools import (
+    managed_label_keys,
+    sharing_label_keys,
 )
 
 MANAGED = {"kube-accel.io/pool", "kube-accel.io/mode", "nvidia.com/mps.capable"}
@@ -104,3 +110,58 @@ def test_diff_shows_only_patched_label_keys_and_the_taints():
     }
     tainted = {"a": {"spec": {"taints": [{"key": "kube-accel.io/pool", "value": "p", "effect": "NoSchedule"}]}}}
     assert diff_of(current, tainted)["after"]["a"]["taints"] == tainted["a"]["spec"]["taints"]
+
+
+def test_switching_names_the_nodes_whose_sharing_changes_not_those_labelled_first():
+    """The pool "mps" moved to time-slicing: its node switches (mode and plugin config); a new node does not; a node
+    that only gains an unrelated label (nvidia.com/mps.capable removed on the same node counts with its mode)."""
+    keys = sharing_label_keys()
+    nodes = {
+        "mps-0": {"labels": {"kube-accel.io/pool": "mps", "kube-accel.io/mode": "mps",
+                             "nvidia.com/device-plugin.config": "mps-2", "nvidia.com/mps.capable": "true"},
+                  "taints": []},
+        "new-0": {"labels": {}, "taints": []},
+        "pgpu-0": {"labels": {"kube-accel.io/pool": "pgpu", "kube-accel.io/mode": "pgpu"}, "taints": []},
+    }
+    desired = {
+        "mps-0": {"labels": {"kube-accel.io/pool": "mps", "kube-accel.io/mode": "timeslice",
+                             "nvidia.com/device-plugin.config": "timeslice-4"}},
+        "new-0": {"labels": {"kube-accel.io/pool": "mps", "kube-accel.io/mode": "timeslice"}},
+        "pgpu-0": {"labels": {"kube-accel.io/pool": "pgpu", "kube-accel.io/mode": "pgpu", "team": "ml"}},
+    }
+    patches, _ = plan(nodes, desired, managed_label_keys() | {"team"}, set())
+    assert set(patches) == {"mps-0", "new-0", "pgpu-0"}
+    assert switching(nodes, patches, keys) == {"mps-0": {"kube-accel.io/mode": ["mps", "timeslice"],
+                                                         "nvidia.com/device-plugin.config": ["mps-2", "timeslice-4"]}}
+
+
+def test_a_mig_geometry_added_to_a_pool_in_service_switches_its_nodes():
+    """mig-manager repartitions the GPUs once the label is there: the pods on them must be gone first."""
+    nodes = {"a100-0": {"labels": {"kube-accel.io/pool": "big", "kube-accel.io/mode": "pgpu"}, "taints": []}}
+    desired = {"a100-0": {"labels": {"kube-accel.io/pool": "big", "kube-accel.io/mode": "pgpu",
+                                     "nvidia.com/mig.config": "kube-accel-3g.40gb-2"}}}
+    patches, _ = plan(nodes, desired, managed_label_keys(), set())
+    assert switching(nodes, patches, sharing_label_keys()) == {
+        "a100-0": {"nvidia.com/mig.config": [None, "kube-accel-3g.40gb-2"]}}
+
+
+def test_a_node_leaving_its_pool_switches_with_its_labels_removed():
+    nodes = {"gone-0": {"labels": {"kube-accel.io/pool": "mps", "kube-accel.io/mode": "mps",
+                                   "kube-accel.io/managed": "true"}, "taints": []}}
+    patches, _ = plan(nodes, {"gone-0": {"labels": {}, "taints": []}}, managed_label_keys(), set())
+    assert switching(nodes, patches, sharing_label_keys()) == {
+        "gone-0": {"kube-accel.io/mode": ["mps", None], "kube-accel.io/pool": ["mps", None]}}
+
+
+def test_sharing_keys_are_labels_kube_accel_owns():
+    """Only labels kube-accel writes (and removes) can start a drain; the node's other labels never do."""
+    assert sharing_label_keys() <= managed_label_keys()
+    assert sharing_label_keys() == {"kube-accel.io/pool", "kube-accel.io/mode", "kube-accel.io/vgpu-backend",
+                                    "nvidia.com/device-plugin.config", "nvidia.com/mig.config"}
+
+
+def test_the_cordon_reason_names_each_label_before_and_after():
+    assert describe_switch({"nvidia.com/mig.config": [None, "kube-accel-3g.40gb-2"],
+                            "kube-accel.io/mode": ["mps", "timeslice"], "kube-accel.io/pool": ["mps", None]}) == (
+        "kube-accel.io/mode mps -> timeslice; kube-accel.io/pool mps -> (removed); "
+        "nvidia.com/mig.config (none) -> kube-accel-3g.40gb-2")

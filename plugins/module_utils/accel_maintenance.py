@@ -18,7 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
 from typing import Any
 
-from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_constants import ANNOTATIONS
+from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_constants import ANNOTATIONS, UPSTREAM_LABELS
 
 CORDONED_BY = ANNOTATIONS["cordoned_by"]
 LAST_MAINTENANCE = ANNOTATIONS["last_maintenance"]
@@ -54,13 +54,18 @@ def parse_record(value: str | None) -> dict[str, Any] | None:
 
 def ownership(node: dict[str, Any] | None) -> dict[str, Any]:
     """Who holds the node's cordon: ``kube-accel`` (its annotation is there), ``other`` (cordoned without it) or
-    None (schedulable). A schedulable node with a leftover annotation is schedulable: someone uncordoned it."""
+    None (schedulable). A schedulable node with a leftover annotation is schedulable: someone uncordoned it.
+
+    ``mig_config``: the node's ``nvidia.com/mig.config`` (None without): the MIG layout the GPU Operator's mig-manager
+    has been told to apply, so whether the host's checks may expect MIG mode on (roles/node_reboot)."""
     if node is None:
-        return {"found": False, "unschedulable": False, "owner": None, "record": None}
+        return {"found": False, "unschedulable": False, "owner": None, "record": None, "mig_config": None}
+    metadata = node.get("metadata") or {}
     unschedulable = bool((node.get("spec") or {}).get("unschedulable"))
-    record = parse_record(((node.get("metadata") or {}).get("annotations") or {}).get(CORDONED_BY))
+    record = parse_record((metadata.get("annotations") or {}).get(CORDONED_BY))
     owner = None if not unschedulable else KUBE_ACCEL if record is not None else OTHER
-    return {"found": True, "unschedulable": unschedulable, "owner": owner, "record": record}
+    return {"found": True, "unschedulable": unschedulable, "owner": owner, "record": record,
+            "mig_config": (metadata.get("labels") or {}).get(UPSTREAM_LABELS["mig_config"])}
 
 
 def _view(node: dict[str, Any] | None) -> dict[str, Any]:

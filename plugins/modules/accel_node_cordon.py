@@ -112,7 +112,9 @@ earlier:
   returned: when found
   type: dict
 nodes:
-  description: Per name, C(found), C(unschedulable), C(owner) and C(record).
+  description:
+    - Per name, C(found), C(unschedulable), C(owner), C(record) and C(mig_config) (the node's C(nvidia.com/mig.config)
+      label, null without).
   returned: state=query
   type: dict
 cluster:

@@ -32,7 +32,7 @@ from datetime import datetime
 from pathlib import Path
 
 import pytest
-from lab_fixture import REPO
+from lab_fixture import REPO, converge_cluster
 
 pytestmark = pytest.mark.lab
 
@@ -189,7 +189,11 @@ def scenario(lab, tmp_path_factory):
     for name in hosts:
         lab.kubectl_run("uncordon", name, check=False)
         lab.kubectl_run("annotate", "node", name, f"{CORDONED_BY}-", f"{LAST}-", check=False)
-    # lab-mig-0 reads a snapshot of the same GPU model with MIG mode off: its pool's geometry needs it on.
+    # lab-mig-0 reads a snapshot of the same GPU model with MIG mode off: its pool's geometry needs it on, since the
+    # cluster play has labelled the node with the pool's nvidia.com/mig.config (mig-manager was told to turn it on).
+    converge_cluster(lab, {"kube-accel-pgpu"})
+    assert json.loads(lab.kubectl_run("get", "node", MIG, "-o", "json").stdout)["metadata"]["labels"].get(
+        "nvidia.com/mig.config", "all-disabled") != "all-disabled"
     broken = work / "mig-off.yml"
     broken.write_text(
         json.dumps(

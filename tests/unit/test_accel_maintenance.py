@@ -220,3 +220,42 @@ def test_gpu_checks_skip_gpus_without_mig_and_empty_expectations():
     # A host that had no GPU before (no driver yet, a test host) is not held back for having none after.
     assert am.gpu_problems({"count": 0, "gpus": [], "reason": "libnvidia-ml.so not found"}, {"count": 0}) == []
     assert am.gpu_summary(A100_MIG) == "1 GPU(s), driver 535.129.03, MIG on 1 of 1, source snapshot:a100-80gb-mig"
+
+
+def test_ownership_reads_the_nodes_mig_config_label():
+    labelled = node()
+    labelled["metadata"]["labels"] = {accel_constants.UPSTREAM_LABELS["mig_config"]: "kube-accel-3g.40gb-1"}
+    assert am.ownership(labelled)["mig_config"] == "kube-accel-3g.40gb-1"
+    assert am.ownership(node())["mig_config"] is None
+    assert am.ownership(None)["mig_config"] is None
+
+
+GEOMETRY = {"3g.40gb": 2}
+
+
+@pytest.mark.parametrize(
+    ("geometry", "owner", "drain", "label", "expected"),
+    [
+        (GEOMETRY, "host", False, "", True),  # kube-accel's own mig units apply it on the host
+        (GEOMETRY, "operator", True, "kube-accel-3g.40gb-2", True),  # mig-manager was told: on after the change
+        # A geometry just added to a pool in service: the cluster play labels the node after the hosts play, so MIG
+        # is not on yet. Expecting it kept the node cordoned and stopped every run (issue 29).
+        (GEOMETRY, "operator", True, "", False),
+        (GEOMETRY, "operator", True, "all-disabled", False),
+        (GEOMETRY, "operator", False, "kube-accel-3g.40gb-2", False),  # not a cluster node: nothing applies it
+        ({}, "host", True, "kube-accel-3g.40gb-2", False),  # no geometry
+    ],
+)
+def test_the_check_expects_mig_on_only_where_something_has_turned_it_on(geometry, owner, drain, label, expected):
+    """node_reboot's default, rendered by Ansible's own templar."""
+    from pathlib import Path
+
+    import yaml
+    from ansible.parsing.dataloader import DataLoader
+    from ansible.template import Templar, trust_as_template
+
+    defaults = yaml.safe_load((Path(__file__).resolve().parents[2] / "roles/node_reboot/defaults/main.yml").read_text())
+    variables = {"accel_mig_geometry": geometry, "accel_mig_owner": owner, "node_reboot_drain": drain,
+                 "node_reboot_node_mig_config": label}
+    templar = Templar(loader=DataLoader(), variables=variables)
+    assert templar.template(trust_as_template(defaults["node_reboot_expect_mig"])) is expected

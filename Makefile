@@ -71,8 +71,8 @@ sanity: venv ## ansible-test sanity on the built collection, every Python from 3
 	scripts/sanity.sh
 
 .PHONY: unit
-unit: venv ## Unit tests only (no lab, no Molecule)
-	$(BIN)/python -m pytest tests -m "not lab and not molecule and not gpu" $(PYTEST_ARGS)
+unit: venv ## Unit tests only (no lab, no Molecule, no podman hosts)
+	$(BIN)/python -m pytest tests -m "not lab and not molecule and not gpu and not podman" $(PYTEST_ARGS)
 
 .PHONY: test
 test: ## Lint, unit, chart, conformance (upstream code) and lab integration tests beside the Molecule scenarios

@@ -652,9 +652,13 @@ def config_manager_argv(env: dict[str, str], hups: Path) -> list[str]:
     """config-manager in a PID namespace of its own (the pod's shared process namespace, which it searches for the
     process to signal) beside a process named PROCESS_TO_SIGNAL: a shell that appends a line to ``hups`` per
     SIGHUP. Killing the returned process (unshare --kill-child) ends both."""
-    counter = f"trap 'echo HUP >> {hups}' HUP; while :; do sleep 0.1; done"
+    # The trap is set before config-manager starts (an untrapped SIGHUP would end the counter), and the counter waits
+    # in the `wait` builtin, which a trapped signal interrupts at once: waiting on a foreground sleep deferred the trap
+    # until the sleep ended, and on a loaded machine two signals then arrived as one.
+    ready = f"{hups}.ready"
+    counter = f"trap 'echo HUP >> {hups}' HUP; : > {ready}; while :; do sleep 1 & wait \\$!; done"
     script = (f"(exec -a {env.get('PROCESS_TO_SIGNAL') or 'nvidia-device-plugin'} bash -c \"{counter}\") & "
-              f"sleep 0.3; exec {UPSTREAM_BIN / 'config-manager'}")
+              f"until [ -e {ready} ]; do sleep 0.05; done; exec {UPSTREAM_BIN / 'config-manager'}")
     return ["unshare", "--pid", "--fork", "--kill-child", "--mount-proc", "bash", "-c", script]
 
 

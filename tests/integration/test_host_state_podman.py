@@ -19,7 +19,9 @@ REPO = Path(__file__).resolve().parents[2]
 import bench_hosts  # noqa: E402
 from benchlib import ansible_env, run_playbook  # noqa: E402
 
-pytestmark = pytest.mark.lab
+# Podman hosts only (their inventory names no reachable cluster): beside the unit tests in `make test`, not in the
+# lab lane, which waits on nothing else and decides the total.
+pytestmark = pytest.mark.podman
 LABEL = "kube-accel.test=host-state"
 POOLS = ["pool_pgpu", "pool_mps", "pool_vgpu_hami", "pool_mig", "pool_vgpu_vcuda"]
 DRIFTED = "/etc/modprobe.d/kube-accel-blacklist-nouveau.conf"

@@ -16,9 +16,13 @@ from __future__ import annotations
 import json
 
 from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_chart_values import RELEASE_PREFIX, release_key
+from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_inventory import VARIABLES
 
-# Every key accel_chart_values.release_key gives a pool (one release per mode, per vGPU backend).
-POOL_RELEASE_KEYS = ("pgpu", "mps", "timeslice", "vgpu-hami", "vgpu-gpu-manager")
+# Every key release_key gives a pool (one release per mode, per vGPU backend), from the inventory model's choices, so
+# a new mode or backend is owned without a second list to keep in step.
+POOL_RELEASE_KEYS = tuple(sorted({release_key({"accel_mode": mode, "accel_vgpu_backend": backend})
+                                  for mode in VARIABLES["accel_mode"]["choices"]
+                                  for backend in VARIABLES["accel_vgpu_backend"]["choices"]}))
 RECORD_KEY = "releases"
 
 

@@ -33,11 +33,24 @@ TAGS = ("--tags", "preflight,cluster,verify")
 WORKLOADS = "day2-workloads"
 
 
-def site(lab, inventory: Path) -> subprocess.CompletedProcess:
+def site(lab, inventory: Path, *args: str) -> subprocess.CompletedProcess:
+    """site.yml on ``inventory`` with ``args`` (default: the cluster side, TAGS)."""
     env = {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1",
            "PATH": f"{lab.helm.parent}:{os.environ['PATH']}"}
-    return subprocess.run([PLAYBOOK, "-i", str(inventory), str(REPO / "ansible" / "site.yml"), *TAGS], cwd=REPO,
-                          env=env, capture_output=True, text=True, check=False, timeout=900)
+    return subprocess.run([PLAYBOOK, "-i", str(inventory), str(REPO / "ansible" / "site.yml"), *(args or TAGS)],
+                          cwd=REPO, env=env, capture_output=True, text=True, check=False, timeout=900)
+
+
+def changed_lab_inventory(pool_file: str, change) -> Path:
+    """A copy of the lab inventory (SWITCHED) whose group_vars/``pool_file`` went through ``change`` (a function
+    that edits the dict in place); its hosts.yml."""
+    shutil.rmtree(SWITCHED, ignore_errors=True)
+    shutil.copytree(LAB, SWITCHED)
+    path = SWITCHED / "group_vars" / pool_file
+    pool = yaml.safe_load(path.read_text())
+    change(pool)
+    path.write_text("---\n" + yaml.safe_dump(pool, sort_keys=False))
+    return SWITCHED / "hosts.yml"
 
 
 def releases(lab) -> dict[str, str]:
@@ -54,14 +67,11 @@ def daemonsets(lab) -> set[str]:
 @pytest.fixture
 def switched():
     """The lab inventory with pool "mps" switched to time-slicing (4 replicas), removed afterwards."""
-    shutil.rmtree(SWITCHED, ignore_errors=True)
-    shutil.copytree(LAB, SWITCHED)
-    path = SWITCHED / "group_vars" / "pool_mps.yml"
-    pool = yaml.safe_load(path.read_text())
-    pool.pop("accel_mps_replicas")
-    pool.update(accel_mode="timeslice", accel_timeslice_replicas=4)
-    path.write_text("---\n" + yaml.safe_dump(pool, sort_keys=False))
-    yield SWITCHED / "hosts.yml"
+    def to_timeslice(pool: dict) -> None:
+        pool.pop("accel_mps_replicas")
+        pool.update(accel_mode="timeslice", accel_timeslice_replicas=4)
+
+    yield changed_lab_inventory("pool_mps.yml", to_timeslice)
     shutil.rmtree(SWITCHED, ignore_errors=True)
 
 
@@ -181,22 +191,12 @@ def host_file_exists(host: str, path: str) -> bool:
 @pytest.fixture
 def numa_off():
     """The lab inventory with the pgpu pool's NUMA policy turned off, removed afterwards."""
-    shutil.rmtree(SWITCHED, ignore_errors=True)
-    shutil.copytree(LAB, SWITCHED)
-    path = SWITCHED / "group_vars" / "pool_pgpu.yml"
-    pool = yaml.safe_load(path.read_text())
-    pool["accel_numa_policy"] = "none"
-    path.write_text("---\n" + yaml.safe_dump(pool, sort_keys=False))
-    yield SWITCHED / "hosts.yml"
+    yield changed_lab_inventory("pool_pgpu.yml", lambda pool: pool.update(accel_numa_policy="none"))
     shutil.rmtree(SWITCHED, ignore_errors=True)
 
 
 def hosts_run(lab, inventory: Path) -> subprocess.CompletedProcess:
-    env = {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1",
-           "PATH": f"{lab.helm.parent}:{os.environ['PATH']}"}
-    return subprocess.run([PLAYBOOK, "-i", str(inventory), str(REPO / "ansible" / "site.yml"), "--tags",
-                           "preflight,hosts", "--limit", "lab-pgpu-0"], cwd=REPO, env=env, capture_output=True,
-                          text=True, check=False, timeout=900)
+    return site(lab, inventory, "--tags", "preflight,hosts", "--limit", "lab-pgpu-0")
 
 
 def test_a_numa_policy_turned_off_in_the_inventory_is_removed_from_the_host(lab, numa_off):

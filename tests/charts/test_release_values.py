@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import yaml
 from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_chart_values, accel_constants, accel_pools
-from chartlib import REPO, one, play_cluster, pod_spec, render, selected_pools
+from chartlib import REPO, containers, one, play_cluster, pod_spec, render, selected_pools
 
 
 def inventory_hosts(name: str) -> dict[str, dict]:
@@ -54,3 +54,23 @@ def test_play_values_render(helm, tmp_path, inventory, release, pools):
         cm = one(objs, "ConfigMap", "-configs")
         for pool in pools:
             assert accel_pools.device_plugin_config(pool["settings"]) in cm["data"]
+
+
+@pytest.mark.parametrize(("inventory", "release", "pools"), CASES)
+def test_config_readers_mount_the_configs(helm, tmp_path, inventory, release, pools):
+    """config-manager writes /config/config.yaml as a symlink into /available-configs (k8s-device-plugin v0.20.0
+    cmd/config-manager updateSymlink): a container that reads /config without that mount finds a dangling link.
+    Found by scripts/gpu-e2e.sh on a real kubelet (the plugin crash-looped: "open /config/config.yaml: no such
+    file")."""
+    path = tmp_path / "values.yaml"
+    path.write_text(yaml.safe_dump(release["values"]))
+    objs = render(release["chart"], [path], helm=helm, release=release["name"])
+    readers = 0
+    for ds in (o for o in objs if o["kind"] == "DaemonSet"):
+        spec = pod_spec(ds)
+        for c in containers(spec):
+            names = {m["name"] for m in c.get("volumeMounts", [])}
+            if "config" in names:
+                readers += 1
+                assert "available-configs" in names, f"{ds['metadata']['name']}/{c['name']}"
+    assert readers or release["chart"] == "vgpu"

@@ -58,7 +58,9 @@ def test_default_release(helm):
     assert init["volumeMounts"] == [{"name": "mps-root", "mountPath": "/mps", "mountPropagation": "Bidirectional"}]
     ctr = container(daemon_ds, "mps-control-daemon-ctr")
     assert ctr["securityContext"] == {"privileged": True}
-    assert mounts(ctr) == {"/mps": "mps-root", "/dev/shm": "mps-shm", "/config": "config"}
+    # /config/config.yaml is config-manager's symlink into /available-configs (a real kubelet showed it dangling).
+    assert mounts(ctr) == {"/mps": "mps-root", "/dev/shm": "mps-shm", "/config": "config",
+                           "/available-configs": "available-configs"}
     assert host_paths(spec) == {"mps-root": "/run/nvidia/mps", "mps-shm": "/run/nvidia/mps/shm"}
     # config-manager matches /proc/PID/cmdline[0], i.e. the command as written (cmd/config-manager/main.go:459).
     assert env(container(daemon_ds, "config-manager"))["PROCESS_TO_SIGNAL"] == "mps-control-daemon"

@@ -43,6 +43,8 @@ def test_default_release(helm):
         "/driver-root": "driver-root",
         "/var/run/cdi": "cdi-root",
         "/config": "config",
+        # config-manager's /config/config.yaml is a symlink into it (a real kubelet showed it dangling without).
+        "/available-configs": "available-configs",
         # Every GPU through the runtime's volume-mount channel (what a volume-mounts allocation looks like).
         "/var/run/nvidia-container-devices/all": "all-gpus",
     }

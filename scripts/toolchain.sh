@@ -89,14 +89,18 @@ GOMOD
 
 build_k8s() {
   local dir="$KA_CACHE/kubernetes-$K8S_VERSION" v=${K8S_VERSION#v}
-  local staging="v0.${v#*.}"
-  if ! have "$dir/kube-apiserver" "$K8S_VERSION"; then
-    log "building kube-apiserver/controller-manager/scheduler/kubectl $K8S_VERSION (long on a cold cache)"
+  local staging="v0.${v#*.}" key
+  # The one binary of scripts/kube/main.go (kube-apiserver, kube-controller-manager, kube-scheduler, kubelet and
+  # kubectl, chosen by the name it is called by): one link instead of four, and the GPU bundle's kubelet with it.
+  key="$K8S_VERSION $(sha256sum "$HERE/kube/main.go" | cut -c1-16)"
+  if ! have "$dir/kube" "$key"; then
+    log "building kube-apiserver/controller-manager/scheduler/kubelet/kubectl $K8S_VERSION (long on a cold cache)"
     local w; w=$(wrapper_dir "kubernetes-$K8S_VERSION")
     (
       cd "$w"
+      rm -f tools.go
       cat >go.mod <<GOMOD
-module kube-accel.local/k8sbin
+module kube-accel.local/kube
 
 go $GO_MIN
 
@@ -110,18 +114,7 @@ GOMOD
       [ -n "$mods" ] || { log "no staging modules found in $gomod"; exit 1; }
       for m in $mods; do go mod edit -replace "$m=$m@$staging"; done
       go mod edit -require "k8s.io/kubernetes@$K8S_VERSION"
-      cat >tools.go <<'TOOLS'
-//go:build tools
-
-package tools
-
-import (
-	_ "k8s.io/kubernetes/cmd/kube-apiserver"
-	_ "k8s.io/kubernetes/cmd/kube-controller-manager"
-	_ "k8s.io/kubernetes/cmd/kube-scheduler"
-	_ "k8s.io/kubernetes/cmd/kubectl"
-)
-TOOLS
+      cp "$HERE/kube/main.go" main.go
       go mod tidy
       local date; date=$(date -u +%FT%TZ)
       local ld="-s -w" p
@@ -130,14 +123,16 @@ TOOLS
         ld+=" -X $p.gitTreeState=clean -X $p.buildDate=$date"
       done
       mkdir -p "$dir"
-      go build -p "$(nproc)" -tags selinux,notest -ldflags "$ld" -o "$dir/" \
-        k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
-        k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubectl
+      go build -p "$(nproc)" -tags selinux,notest -ldflags "$ld" -o "$dir/kube" .
     )
-    stamp "$dir/kube-apiserver" "$K8S_VERSION"
+    stamp "$dir/kube" "$key"
+    rm -f "$dir/kube-apiserver.stamp" # the stamp of the four separate binaries this one replaced
   fi
   local b
-  for b in kube-apiserver kube-controller-manager kube-scheduler kubectl; do link "$dir/$b" "$b"; done
+  for b in kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl; do
+    ln -sfn kube "$dir/$b"
+    link "$dir/$b" "$b"
+  done
 }
 
 # Run lanes side by side, each line prefixed with its lane's name; fails when any lane failed, after all ended.

@@ -71,8 +71,8 @@ sanity: venv ## ansible-test sanity on the built collection, every Python from 3
 	scripts/sanity.sh
 
 .PHONY: unit
-unit: venv ## Unit tests only (no lab, no Molecule, no podman hosts)
-	$(BIN)/python -m pytest tests -m "not lab and not molecule and not gpu and not podman" $(PYTEST_ARGS)
+unit: venv ## Unit tests only (no lab, no Molecule, no podman hosts, no real node)
+	$(BIN)/python -m pytest tests -m "not lab and not molecule and not gpu and not podman and not realnode" $(PYTEST_ARGS)
 
 .PHONY: test
 test: ## Lint, unit, chart, conformance (upstream code) and lab integration tests beside the Molecule scenarios
@@ -88,6 +88,14 @@ bench: toolchain ## Benchmarks (BENCHMARKS.md): host fleet, overhead, cluster sc
 .PHONY: gpu-check
 gpu-check: venv ## On a GPU node: NVML facts vs nvidia-smi, MPS limits, sharing benchmark (docs/gpu-validation.md)
 	$(BIN)/kube-accel-gpucheck all --out results/gpu
+
+.PHONY: gpu-bundle
+gpu-bundle: venv ## Everything scripts/gpu-e2e.sh needs on a GPU host without network -> build/gpu-bundle (< 60 MiB)
+	scripts/gpu-bundle.sh
+
+.PHONY: gpu-e2e
+gpu-e2e: ## On a GPU host, as root, from the bundle (no build, no network): real node, pools, CUDA pods -> results/gpu-e2e
+	bash build/gpu-bundle/gpu-e2e.sh results/gpu-e2e
 
 .PHONY: images
 images: venv ## Image list for mirroring into a private registry

@@ -1,0 +1,448 @@
+#!/usr/bin/env bash
+# kube-accel end to end on one GPU host that has no network: a real single-node Kubernetes (etcd, kube-apiserver,
+# kube-controller-manager, kube-scheduler, kubelet of K8S_VERSION) on containerd 2.x with kube-accel's NVIDIA drop-in
+# and runtime settings (written by kube-accel's modules, as Ansible ships them), then for each pool of
+# scripts/gpu_e2e/pools.yml (pgpu, timeslice, mps): the node's labels and the releases the cluster play renders,
+# the upstream device plugin registering with the real kubelet, and CUDA pods (cuda-probe) reporting what they got.
+# check.py turns what was seen into the verdicts (OUTDIR/summary.txt). Everything it started is stopped by PID.
+#
+# Usage (root): bash gpu-e2e.sh OUTDIR   (from the bundle folder `make gpu-bundle` writes: build/gpu-bundle)
+# Env: E2E_DRIVER_ROOT (where the driver lives: /usr/local/nvidia when it has bin/nvidia-smi, else /);
+#      E2E_NO_GPU=1 (a machine without a GPU: a stand-in CDI spec, no GPU resources expected; the lab test);
+#      E2E_POOLS (default: every pool the bundle rendered); E2E_BUSYBOX_IP=1 (busybox's ip even where iproute2 is); E2E_DEADLINE_S (default 420: no step starts later, none runs
+#      past it + 30 s; then the cleanup).
+# Footprint: /tmp/kae2e (everything it writes), /var/lib/kubelet (the device-plugin socket folder is fixed there by
+# the plugin; removed when this run created it), /run/nvidia/mps (the MPS chart's hostPath, a shared bind mount),
+# 10.96.0.1/32 and 10.99.0.1/32 on lo (the kubernetes Service address the pods reach the API server on: there is no
+# kube-proxy; the node's address), veths of the pods (10.88.0.0/16).
+# No GPU setting is touched: the MPS daemon's compute-mode call is answered by the image's nvidia-smi shim.
+set -uo pipefail
+
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+OUT=${1:?usage: bash gpu-e2e.sh OUTDIR}
+mkdir -p "$OUT" && OUT=$(cd "$OUT" && pwd)
+E=/tmp/kae2e
+BIN=$E/bin
+NODE=gpu-e2e-node
+NS=kube-accel-e2e
+API_IP=10.96.0.1
+NODE_IP=10.99.0.1
+DEADLINE=${E2E_DEADLINE_S:-420}
+NO_GPU=${E2E_NO_GPU:-0}
+if [ -n "${E2E_DRIVER_ROOT:-}" ]; then DRIVER_ROOT=$E2E_DRIVER_ROOT
+elif [ -x /usr/local/nvidia/bin/nvidia-smi ]; then DRIVER_ROOT=/usr/local/nvidia
+else DRIVER_ROOT=/; fi
+T0=$(date +%s)
+SUMMARY=$OUT/summary.txt
+: >"$SUMMARY"
+mkdir -p "$OUT/logs" "$OUT/pools"
+exec > >(tee -a "$OUT/run.log") 2>&1
+TEE_PID=$!
+
+elapsed() { echo $(($(date +%s) - T0)); }
+note() { echo "[$(elapsed)s] $*"; }
+record() { printf '%-28s %s\n' "$1" "$2" | tee -a "$SUMMARY"; }
+late() { [ "$(elapsed)" -ge "$DEADLINE" ]; }
+# step NAME LIMIT CMD...: output in $OUT/logs/NAME.txt (rc on its last line), rc in the summary.
+step() {
+  local name=$1 limit=$2 rc
+  shift 2
+  if late; then record "$name" "SKIPPED (deadline ${DEADLINE}s)"; return 99; fi
+  local left=$((DEADLINE + 30 - $(elapsed)))
+  [ "$limit" -gt "$left" ] && limit=$left
+  note "$name (limit ${limit}s)"
+  if declare -F "$1" >/dev/null; then
+    timeout -k 3 "$limit" bash -c "$(declare -f); $(declare -p E BIN NODE NS API_IP DRIVER_ROOT NO_GPU OUT HERE GPUS MEM_MIB 2>/dev/null); export PATH KUBECONFIG; \"\$@\"" _ "$@" >"$OUT/logs/$name.txt" 2>&1
+  else
+    timeout -k 3 "$limit" "$@" >"$OUT/logs/$name.txt" 2>&1
+  fi
+  rc=$?
+  [ $rc -eq 124 ] && echo "TIMED OUT after ${limit}s" >>"$OUT/logs/$name.txt"
+  tail -n 6 "$OUT/logs/$name.txt" | cut -c1-220 | sed 's/^/    | /'
+  echo "rc=$rc" >>"$OUT/logs/$name.txt"
+  record "$name" "rc=$rc"
+  return $rc
+}
+
+PIDS=()
+CREATED_KUBELET_DIR=0
+CREATED_MPS_DIR=0
+ADDED_IPS=""
+start() { # start NAME CMD...: in the background, log in $OUT/logs/NAME.log, PID kept for the cleanup
+  local name=$1
+  shift
+  note "starting $name"
+  "$@" >"$OUT/logs/$name.log" 2>&1 &
+  PIDS+=("$!:$name")
+  echo "$!" >"$E/$name.pid"
+}
+cleanup() {
+  set +e
+  note "cleanup"
+  if [ -x "$BIN/kubectl" ] && [ -f "$E/admin.kubeconfig" ]; then
+    # Pods first, while the kubelet still runs: their containers, mounts and veths go with them.
+    timeout 40 "$BIN/kubectl" delete ns "$NS" kube-accel --wait=true --timeout=35s >/dev/null 2>&1
+  fi
+  local i entry pid
+  for ((i = ${#PIDS[@]} - 1; i >= 0; i--)); do # reverse order: kubelet before containerd before etcd
+    entry=${PIDS[$i]}
+    pid=${entry%%:*}
+    kill -0 "$pid" 2>/dev/null || continue
+    note "stopping ${entry#*:} ($pid)"
+    kill -TERM "$pid"
+    for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
+    kill -0 "$pid" 2>/dev/null && kill -KILL "$pid"
+  done
+  # Shims of this run's containerd (their command line names its socket), and their containers.
+  for p in /proc/[0-9]*; do
+    if { tr '\0' ' ' <"$p/cmdline"; } 2>/dev/null | grep -q -- "-address $E/containerd.sock"; then
+      kill -KILL "${p#/proc/}" 2>/dev/null
+    fi
+  done
+  sleep 1
+  findmnt -rn -o TARGET 2>/dev/null | grep -E "^($E/|/var/lib/kubelet(/|$)|/run/netns/cni-|/run/nvidia/mps(/|$))" | sort -r |
+    while read -r m; do umount -l "$m" 2>/dev/null; done
+  ip -o link 2>/dev/null | awk -F': ' '/veth/ {print $2}' | cut -d@ -f1 | while read -r l; do
+    # ptp's host ends carry the pod network's addresses; leave any other veth alone.
+    ip -4 addr show dev "$l" 2>/dev/null | grep -q ' 10\.88\.' && ip link del "$l" 2>/dev/null
+  done
+  for ip in $ADDED_IPS; do ip addr del "$ip/32" dev lo 2>/dev/null; done
+  # The kubelet's pod cgroups (cgroupfs driver: kubepods under the root of each hierarchy), emptied with its pods.
+  find /sys/fs/cgroup -maxdepth 2 -type d -name kubepods 2>/dev/null | while read -r d; do
+    find "$d" -depth -type d -exec rmdir {} + 2>/dev/null
+  done
+  [ "$CREATED_KUBELET_DIR" = 1 ] && rm -rf /var/lib/kubelet
+  [ "$CREATED_MPS_DIR" = 1 ] && rm -rf /run/nvidia/mps && rmdir /run/nvidia 2>/dev/null
+  for f in "$E"/etc/containerd/conf.d/99-nvidia.toml "$E"/etc/containerd/config.toml "$E"/nvidia-container-runtime/config.toml \
+    "$E"/cdi/nvidia.yaml "$E"/kubelet-config.yaml "$E"/cni/net.d/10-e2e.conflist; do
+    [ -f "$f" ] && cp "$f" "$OUT/logs/file_$(echo "${f#"$E"/}" | tr / _)"
+  done
+  note "done in $(elapsed)s"
+  python3 "$HERE/check.py" "$OUT" | tee "$OUT/verdicts.txt"
+  cat "$OUT/verdicts.txt" >>"$SUMMARY"
+  exec 1>&- 2>&-
+  wait "$TEE_PID" 2>/dev/null
+}
+trap cleanup EXIT
+
+note "kube-accel e2e -> $OUT (driver root $DRIVER_ROOT, no GPU: $NO_GPU)"
+[ "$(id -u)" = 0 ] || { record precondition "FAIL: run as root"; exit 1; }
+# A previous run killed before its cleanup: stop what its PID files name, by PID, and start clean.
+for f in "$E"/*.pid; do
+  [ -f "$f" ] || continue
+  pid=$(cat "$f")
+  if { tr '\0' ' ' <"/proc/$pid/cmdline"; } 2>/dev/null | grep -q "$E"; then kill -KILL "$pid" 2>/dev/null; fi
+done
+findmnt -rn -o TARGET 2>/dev/null | grep -E "^$E/" | sort -r | while read -r m; do umount -l "$m"; done
+rm -rf "$E" && mkdir -p "$E"/{cdi,cni/net.d,cni/bin,etcd,pki,etc/containerd/conf.d,nvidia-container-runtime,state,root}
+[ -e /var/lib/kubelet ] || CREATED_KUBELET_DIR=1
+[ -e /run/nvidia/mps ] || CREATED_MPS_DIR=1
+
+# --- 1. The machine (read only) and the bundle ------------------------------------------------------------------
+machine() {
+  uname -a; head -2 /etc/os-release; nproc; free -m | head -2
+  stat -fc '%T' /sys/fs/cgroup; cat /proc/self/cgroup; cat /sys/fs/cgroup/cgroup.subtree_control 2>/dev/null
+  ls -la /dev/nvidia* 2>&1 | head; cat /proc/driver/nvidia/version 2>&1; python3 --version; command -v openssl ip
+}
+step machine 20 machine
+if [ "$NO_GPU" != 1 ]; then
+  step host-gpus 30 bash -c "PATH=\$PATH:$DRIVER_ROOT/bin nvidia-smi --query-gpu=index,uuid,name,memory.total,driver_version,compute_mode,mig.mode.current --format=csv,noheader,nounits > $OUT/host-gpus.csv; cat $OUT/host-gpus.csv"
+fi
+unpack() {
+  (cd "$HERE" && sha256sum -c --quiet SHA256SUMS) || return 1
+  xz -dc "$HERE/payload.tar.xz" | tar -x -C "$E" || return 1
+  (cd "$E" && sha256sum -c --quiet SHA256SUMS) || return 1
+  cp "$E"/cni/* "$E/cni/bin/" 2>/dev/null
+  for c in kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl; do ln -s kube "$BIN/$c"; done
+  ls -la "$BIN"
+}
+step unpack 60 unpack || exit 1
+export PATH=$BIN:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
+export KUBECONFIG=$E/admin.kubeconfig
+# Some GPU hosts have no iproute2 (the lent H100 has none): busybox's ip applet does what this script needs.
+if [ "${E2E_BUSYBOX_IP:-0}" = 1 ] || ! command -v ip >/dev/null; then
+  ip() { "$HERE/busybox" ip "$@"; }
+  note "ip: busybox's applet"
+fi
+step versions 20 bash -c 'kube kubelet --version; etcd --version | head -1; containerd --version; runc --version | head -1; nvidia-ctk --version | head -1'
+
+# --- 2. containerd with kube-accel's drop-in; the NVIDIA runtime with kube-accel's settings ---------------------
+# Lowering oom_score_adj needs CAP_SYS_RESOURCE, which some sandboxed roots lack: then CRI must not ask for it.
+if sh -c 'echo -1 >/proc/self/oom_score_adj' 2>/dev/null; then OOM_RESTRICT=false; else OOM_RESTRICT=true; fi
+if [ "$(stat -fc %T /sys/fs/cgroup)" = cgroup2fs ]; then CGROUP_V1=false; else CGROUP_V1=true; fi
+# overlayfs where the kernel and this filesystem allow it (containerd's own check), else the native snapshotter.
+probe_overlay() {
+  local d=$E/ovl
+  mkdir -p "$d"/{l,u,w,m} && mount -t overlay overlay -o "lowerdir=$d/l,upperdir=$d/u,workdir=$d/w" "$d/m" && umount "$d/m"
+}
+if step overlay-probe 10 probe_overlay; then SNAP=overlayfs; else SNAP=native; fi
+main_config() { # containerd's own default config (version 3 of 2.x), every host path moved under $E
+  containerd config default | sed \
+    -e "s|^root = .*|root = '$E/root'|" -e "s|^state = .*|state = '$E/state'|" \
+    -e "s|'/etc/containerd/conf.d/\*.toml'|'$E/etc/containerd/conf.d/*.toml'|" \
+    -e "s|^\(  *\)snapshotter = 'overlayfs'|\1snapshotter = '$1'|" \
+    -e "s|^\(  *\)sandbox = '.*'|\1sandbox = 'kube-accel.e2e/pause:1'|" \
+    -e "s|cdi_spec_dirs = .*|cdi_spec_dirs = ['$E/cdi']|" \
+    -e "s|disable_apparmor = false|disable_apparmor = true|" \
+    -e "s|restrict_oom_score_adj = false|restrict_oom_score_adj = $2|" \
+    -e "s|bin_dirs = \['/opt/cni/bin'\]|bin_dirs = ['$E/cni/bin']|" \
+    -e "s|conf_dir = '/etc/cni/net.d'|conf_dir = '$E/cni/net.d'|" \
+    -e "s|'/opt/containerd/image-verifier/bin'|'$E/opt/image-verifier/bin'|" \
+    -e "s|path = '/opt/containerd'|path = '$E/opt'|" \
+    -e "s|'/var/run/nri/nri.sock'|'$E/nri.sock'|" -e "s|'/opt/nri/plugins'|'$E/nri/plugins'|" \
+    -e "s|'/etc/nri/conf.d'|'$E/nri/conf.d'|" \
+    -e "s|'/run/containerd/containerd.sock'|'$E/containerd.sock'|" \
+    -e "s|'/run/containerd/containerd.sock.ttrpc'|'$E/containerd.sock.ttrpc'|" \
+    >"$E/etc/containerd/config.toml"
+  ! grep -nE "'(/var/lib/containerd|/run/containerd|/etc/cni|/opt/cni|/etc/cdi|/var/run/cdi|/opt/containerd)" \
+    "$E/etc/containerd/config.toml"
+}
+step containerd-config 20 main_config "$SNAP" "$OOM_RESTRICT" || exit 1
+# kube-accel's modules exactly as Ansible ships them to a host (AnsiballZ payloads, arguments embedded: those of
+# roles/container_toolkit for this run's paths; modules.yml in the bundle says which).
+run_module() { python3 "$HERE/modules/AnsiballZ_$1.py" | tee "$OUT/logs/module-$1.json"; python3 -c '
+import json, sys
+r = json.load(open(sys.argv[1]))
+print({k: r.get(k) for k in ("changed", "failed", "msg", "validated")})
+sys.exit(1 if r.get("failed") else 0)' "$OUT/logs/module-$1.json"; }
+step module-containerd-dropin 60 run_module containerd_nvidia_dropin || exit 1
+export NVIDIA_CTK_CONFIG_FILE_PATH=$E/nvidia-container-runtime/config.toml
+ctk_config() { # NVIDIA's own writer for its defaults and this machine's paths; kube-accel's module for its settings
+  nvidia-ctk config default --output "$NVIDIA_CTK_CONFIG_FILE_PATH" &&
+    nvidia-ctk config --config-file "$NVIDIA_CTK_CONFIG_FILE_PATH" --in-place \
+      --set nvidia-container-runtime.mode=cdi \
+      --set nvidia-container-runtime.modes.cdi.spec-dirs="$E/cdi" \
+      --set nvidia-container-runtime.runtimes="$BIN/runc" \
+      --set nvidia-container-runtime.debug="$E/nvidia-container-runtime.log" \
+      --set nvidia-container-cli.root="$DRIVER_ROOT" \
+      --set nvidia-ctk.path="$BIN/nvidia-ctk" &&
+    run_module nvidia_runtime_config && cat "$NVIDIA_CTK_CONFIG_FILE_PATH"
+}
+step nvidia-runtime-config 30 ctk_config || exit 1
+fake_cdi() { # E2E_NO_GPU: a stand-in spec so the runtime's CDI path runs; it gives containers no GPU
+  cat >"$E/cdi/nvidia.yaml" <<EOF
+cdiVersion: 0.5.0
+kind: nvidia.com/gpu
+devices:
+  - name: all
+    containerEdits:
+      env: [KUBE_ACCEL_E2E_STAND_IN_CDI=1]
+EOF
+}
+if [ "$NO_GPU" = 1 ]; then
+  step cdi-spec 10 fake_cdi
+else
+  step cdi-spec 60 nvidia-ctk cdi generate --driver-root="$DRIVER_ROOT" --dev-root=/ \
+    --nvidia-cdi-hook-path="$BIN/nvidia-cdi-hook" --output="$E/cdi/nvidia.yaml" || exit 1
+fi
+cat >"$E/cni/net.d/10-e2e.conflist" <<EOF
+{"cniVersion": "1.0.0", "name": "kube-accel-e2e", "plugins": [
+  {"type": "ptp", "ipMasq": false, "mtu": 1500,
+   "ipam": {"type": "host-local", "ranges": [[{"subnet": "10.88.0.0/16"}]], "routes": [{"dst": "0.0.0.0/0"}],
+            "dataDir": "$E/cni/ipam"}}]}
+EOF
+start containerd env NVIDIA_CTK_CONFIG_FILE_PATH="$NVIDIA_CTK_CONFIG_FILE_PATH" \
+  containerd --config "$E/etc/containerd/config.toml" --log-level info
+wait_for() { # wait_for SECONDS CMD...: until CMD succeeds
+  local until=$(($(date +%s) + $1)); shift
+  until "$@" >/dev/null 2>&1; do [ "$(date +%s)" -ge "$until" ] && return 1; sleep 0.5; done
+}
+wait_for 30 ctr -a "$E/containerd.sock" version || { record containerd "FAIL: not up in 30 s"; exit 1; }
+step containerd-dump 20 bash -c "containerd --config $E/etc/containerd/config.toml config dump | grep -A8 'runtimes.nvidia\]'"
+step images 120 ctr -a "$E/containerd.sock" -n k8s.io images import --no-unpack=false "$E/images/images.tar" || exit 1
+
+# The MPS chart mounts its root with Bidirectional propagation, which needs the host path on a shared mount; systemd
+# makes / shared at boot, this machine's init may not: a shared bind of the MPS root alone, undone by the cleanup.
+mps_root() {
+  mkdir -p /run/nvidia/mps && if [ "$(findmnt -no PROPAGATION --target /run/nvidia/mps)" != shared ]; then
+    mount --bind /run/nvidia/mps /run/nvidia/mps && mount --make-shared /run/nvidia/mps
+  fi
+  findmnt -o TARGET,PROPAGATION --target /run/nvidia/mps
+}
+step mps-root 10 mps_root
+
+# --- 3. The control plane and the kubelet ------------------------------------------------------------------------
+pki() { # a CA, the API server's certificate (its Service address and 127.0.0.1), the service-account key, tokens
+  cd "$E/pki" &&
+    openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.crt -days 2 -subj /CN=kube-accel-e2e-ca &&
+    openssl req -newkey rsa:2048 -nodes -keyout apiserver.key -out apiserver.csr -subj /CN=kube-apiserver &&
+    printf 'subjectAltName=IP:%s,IP:127.0.0.1,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc\n' "$API_IP" >san.ext &&
+    openssl x509 -req -in apiserver.csr -CA ca.crt -CAkey ca.key -CAcreateserial -out apiserver.crt -days 2 -extfile san.ext &&
+    openssl genrsa -out sa.key 2048 && openssl rsa -in sa.key -pubout -out sa.pub &&
+    printf '%s,admin,admin,system:masters\n%s,system:node:%s,system:node:%s,system:nodes\n' \
+      "$(openssl rand -hex 16)" "$(openssl rand -hex 16)" "$NODE" "$NODE" >tokens.csv
+}
+step pki 30 pki || exit 1
+kubeconfig() { # kubeconfig FILE TOKEN
+  cat >"$1" <<EOF
+apiVersion: v1
+kind: Config
+clusters: [{name: e2e, cluster: {server: "https://$API_IP:443", certificate-authority: "$E/pki/ca.crt"}}]
+users: [{name: u, user: {token: "$2"}}]
+contexts: [{name: e2e, context: {cluster: e2e, user: u}}]
+current-context: e2e
+EOF
+}
+kubeconfig "$E/admin.kubeconfig" "$(sed -n 1p "$E/pki/tokens.csv" | cut -d, -f1)"
+kubeconfig "$E/kubelet.kubeconfig" "$(sed -n 2p "$E/pki/tokens.csv" | cut -d, -f1)"
+# The kubernetes Service's address, on this host: pods reach the API server there without kube-proxy (ptp routes
+# their traffic to the host, which owns the address). The node's address likewise (the kubelet refuses a loopback one).
+for ip in "$API_IP" "$NODE_IP"; do
+  if ! ip -4 addr show dev lo | grep -q " $ip/"; then ip addr add "$ip/32" dev lo && ADDED_IPS+=" $ip"; fi
+done
+start etcd etcd --data-dir "$E/etcd" --listen-client-urls http://127.0.0.1:23790 \
+  --advertise-client-urls http://127.0.0.1:23790 --listen-peer-urls http://127.0.0.1:23800 \
+  --initial-advertise-peer-urls http://127.0.0.1:23800 --initial-cluster default=http://127.0.0.1:23800
+start kube-apiserver kube-apiserver --etcd-servers http://127.0.0.1:23790 --bind-address "$API_IP" --secure-port 443 \
+  --advertise-address "$API_IP" --service-cluster-ip-range 10.96.0.0/24 --tls-cert-file "$E/pki/apiserver.crt" \
+  --tls-private-key-file "$E/pki/apiserver.key" --client-ca-file "$E/pki/ca.crt" --token-auth-file "$E/pki/tokens.csv" \
+  --service-account-issuer https://kubernetes.default.svc --service-account-key-file "$E/pki/sa.pub" \
+  --service-account-signing-key-file "$E/pki/sa.key" --authorization-mode Node,RBAC \
+  --enable-admission-plugins NodeRestriction --allow-privileged=true --endpoint-reconciler-type none \
+  --kubelet-preferred-address-types InternalIP
+wait_for 60 kubectl get --raw /readyz || { record kube-apiserver "FAIL: not ready in 60 s"; exit 1; }
+start kube-controller-manager kube-controller-manager --kubeconfig "$KUBECONFIG" \
+  --service-account-private-key-file "$E/pki/sa.key" --root-ca-file "$E/pki/ca.crt" --leader-elect=false \
+  --controllers '*,-nodeipam' --bind-address 127.0.0.1 --secure-port 10457
+start kube-scheduler kube-scheduler --kubeconfig "$KUBECONFIG" --leader-elect=false --bind-address 127.0.0.1 \
+  --secure-port 10459
+cat >"$E/kubelet-config.yaml" <<EOF
+apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+address: $NODE_IP
+cgroupDriver: cgroupfs
+failCgroupV1: false
+failSwapOn: false
+containerRuntimeEndpoint: unix://$E/containerd.sock
+authentication: {anonymous: {enabled: true}, webhook: {enabled: false}}
+authorization: {mode: AlwaysAllow}
+evictionHard: {memory.available: 100Mi, nodefs.available: "1%", imagefs.available: "1%"}
+imageGCHighThresholdPercent: 100
+serializeImagePulls: false
+resolvConf: ""
+EOF
+[ "$CGROUP_V1" = true ] || sed -i '/failCgroupV1/d' "$E/kubelet-config.yaml"
+start kubelet kubelet --config "$E/kubelet-config.yaml" --kubeconfig "$E/kubelet.kubeconfig" \
+  --hostname-override "$NODE" --node-ip "$NODE_IP" --v 2
+node_ready() { kubectl get node "$NODE" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}' | grep -q True; }
+if ! wait_for 90 node_ready; then
+  record kubelet "FAIL: node not Ready in 90 s"
+  kubectl describe node "$NODE" >"$OUT/logs/node-describe.txt" 2>&1
+  exit 1
+fi
+record node "Ready after $(elapsed)s: real kubelet $(kube kubelet --version | cut -d' ' -f2), containerd, runc"
+kubectl create namespace "$NS" >/dev/null
+
+# --- 4. One pool at a time: labels, releases, plugin registration, CUDA pods --------------------------------------
+POOLS=${E2E_POOLS:-$(cat "$HERE/render/pools.txt")}
+MEM_MIB=$(cut -d, -f4 "$OUT/host-gpus.csv" 2>/dev/null | head -1 | tr -d ' ')
+GPUS=$(grep -c . "$OUT/host-gpus.csv" 2>/dev/null || echo 0)
+probe_pod() { # probe_pod NAME POOL RESOURCE ARGS... -> a pod that runs cuda-probe with one RESOURCE (none if "-")
+  local name=$1 pool=$2 res=$3 args="" a
+  shift 3
+  for a in "$@"; do args+="\"$a\", "; done
+  local limits="{}"
+  [ "$res" != - ] && limits="{\"$res\": 1}"
+  kubectl apply -f - <<EOF
+apiVersion: v1
+kind: Pod
+metadata: {name: $name, namespace: $NS, labels: {kube-accel.e2e/pool: $pool}}
+spec:
+  restartPolicy: Never
+  runtimeClassName: nvidia
+  nodeSelector: {kube-accel.io/pool: $pool}
+  automountServiceAccountToken: false
+  securityContext: {runAsNonRoot: ${PROBE_NONROOT:-true}, runAsUser: ${PROBE_UID:-65532}, seccompProfile: {type: RuntimeDefault}}
+  containers:
+    - name: probe
+      image: kube-accel.e2e/cuda-probe:1
+      args: [${args%, }]
+      env: ${PROBE_ENV:-[]}
+      resources: {limits: $limits}
+      securityContext: {allowPrivilegeEscalation: false, capabilities: {drop: [ALL]}}
+EOF
+}
+pod_done() { local p; p=$(kubectl -n "$NS" get pod "$1" -o jsonpath='{.status.phase}'); [ "$p" = Succeeded ] || [ "$p" = Failed ]; }
+collect_pod() { # collect_pod NAME DIR: its log (the probe's JSON), its status, its events
+  kubectl -n "$NS" logs "$1" >"$2/$1.json" 2>"$2/$1.log-error"
+  kubectl -n "$NS" get pod "$1" -o json >"$2/$1.pod.json"
+}
+allocatable() { # allocatable RESOURCE: the node's allocatable count of it ("" when it has none)
+  kubectl get node "$NODE" -o json | python3 -c 'import json,sys; print(json.load(sys.stdin)["status"]["allocatable"].get(sys.argv[1], ""))' "$1"
+}
+label_node() { # label_node POOL [PREVIOUS_POOL]: the pool's labels as the cluster play sets them, the previous pool's gone
+  local args=() k
+  if [ -n "${2:-}" ]; then
+    for k in $(python3 -c 'import json,sys; print(" ".join(json.load(open(sys.argv[1]))["labels"]))' "$HERE/render/$2/node.json"); do
+      args+=("$k-")
+    done
+    kubectl label node "$NODE" "${args[@]}" >/dev/null
+  fi
+  mapfile -t args < <(python3 -c 'import json,sys; [print(f"{k}={v}") for k, v in json.load(open(sys.argv[1]))["labels"].items()]' "$HERE/render/$1/node.json")
+  kubectl label node "$NODE" --overwrite "${args[@]}"
+}
+run_pool() {
+  local pool=$1 dir=$OUT/pools/$1 r
+  mkdir -p "$dir"
+  cp "$HERE/render/$pool/expect.json" "$HERE/render/$pool/node.json" "$dir/"
+  kubectl apply --server-side -f "$HERE/render/$pool/manifests.yaml" >"$dir/apply.txt" 2>&1 || return 1
+  local res per
+  res=$(python3 -c 'import json,sys; print(next(iter(json.load(open(sys.argv[1]))["request"])))' "$dir/expect.json")
+  per=$(python3 -c 'import json,sys; print(next(iter(json.load(open(sys.argv[1]))["per_gpu"].values())))' "$dir/expect.json")
+  # The releases' DaemonSets roll out on the real kubelet (image, RuntimeClass, mounts, service account, API).
+  for r in $(kubectl -n kube-accel get ds -o name); do
+    kubectl -n kube-accel rollout status "$r" --timeout=120s >>"$dir/rollout.txt" 2>&1 || {
+      kubectl -n kube-accel describe pods >"$dir/pods-describe.txt" 2>&1; return 1; }
+  done
+  # The plugin registers with the kubelet: the node advertises what kube-accel promised.
+  local want=$((per * GPUS))
+  [ "$NO_GPU" = 1 ] || wait_for 90 eval '[ "$(allocatable "$res")" = "$want" ]'
+  kubectl get node "$NODE" -o json >"$dir/node-status.json"
+  kubectl -n kube-accel get pods -o wide >"$dir/agents.txt"
+  kubectl -n kube-accel get pods -o json >"$dir/agents.json"
+  for r in $(kubectl -n kube-accel get pods -o name); do
+    kubectl -n kube-accel logs "$r" --all-containers --prefix >"$dir/agent-${r#pod/}.log" 2>&1
+  done
+  # Workloads: every share the pool promises at once, holding the GPU while the others run; then one more.
+  local n=1 i alloc=(--alloc-mib 1024)
+  [ "$pool" != pgpu ] && n=$per
+  if [ "$pool" = mps ] && [ -n "$MEM_MIB" ]; then alloc=(--alloc-mib "1024,$((MEM_MIB / per + 2048))"); fi
+  [ "$NO_GPU" = 1 ] && n=0 # nothing to run on: only the tenant's pod below
+  # MPS serves one user at a time per GPU (a client of another user waits for the server to go): the promised
+  # clients run as one user, root as the control daemon; a non-root client is tried alone afterwards.
+  local uid=65532 nonroot=true
+  [ "$pool" = mps ] && uid=0 nonroot=false
+  for i in $(seq 1 "$n"); do
+    PROBE_UID=$uid PROBE_NONROOT=$nonroot probe_pod "$pool-$i" "$pool" "$res" --hold-s 15 "${alloc[@]}" >/dev/null
+  done
+  if [ "$NO_GPU" != 1 ]; then
+    probe_pod "$pool-extra" "$pool" "$res" >/dev/null
+    sleep 8
+    kubectl -n "$NS" get pod "$pool-extra" -o json >"$dir/extra.pod.json"
+    kubectl -n "$NS" get events --field-selector involvedObject.name="$pool-extra" -o json >"$dir/extra.events.json"
+    kubectl -n "$NS" delete pod "$pool-extra" --wait=false >/dev/null
+  fi
+  for i in $(seq 1 "$n"); do wait_for 120 pod_done "$pool-$i"; collect_pod "$pool-$i" "$dir"; done
+  if [ "$pool" = mps ] && [ "$n" -gt 0 ]; then
+    probe_pod mps-nonroot "$pool" "$res" "${alloc[@]}" >/dev/null
+    wait_for 60 pod_done mps-nonroot
+    collect_pod mps-nonroot "$dir"
+  fi
+  if [ "$pool" = pgpu ]; then
+    # The hostile tenant: no GPU requested, the NVIDIA runtime's RuntimeClass, NVIDIA_VISIBLE_DEVICES=all.
+    PROBE_ENV='[{name: NVIDIA_VISIBLE_DEVICES, value: all}]' probe_pod attack-envvar "$pool" - >/dev/null
+    wait_for 60 pod_done attack-envvar
+    collect_pod attack-envvar "$dir"
+  fi
+  kubectl -n "$NS" delete pods -l kube-accel.e2e/pool="$pool" --wait=true --timeout=60s >/dev/null 2>&1
+}
+PREV=""
+for pool in $POOLS; do
+  step "label-$pool" 20 label_node "$pool" "$PREV"
+  PREV=$pool
+  step "pool-$pool" 240 run_pool "$pool"
+  # The next pool starts from an empty namespace, as a node leaving one pool for another would (drained first).
+  kubectl delete -f "$HERE/render/$pool/manifests.yaml" --ignore-not-found --wait=true --timeout=90s \
+    >"$OUT/pools/$pool/delete.txt" 2>&1
+done
+record RESULT "see the verdicts below"

@@ -1,0 +1,222 @@
+#!/usr/bin/env python3
+"""The verdicts of one scripts/gpu-e2e.sh run, from what it recorded in OUTDIR (Python standard library only: it
+runs on the GPU host). One line per check: PASS or FAIL, what was compared, and where the evidence comes from.
+
+Per pool (expect.json is what kube-accel promised, from its own code at bundle time):
+- advertised: the real kubelet's node status shows the pool's resource at per-GPU count x the host's GPUs;
+- share: every pod the pool promises ran at once and cuda-probe saw the host's GPU: pgpu one whole GPU (all its
+  SMs), timeslice N pods on one GPU, mps N clients each limited to 100/N % of the SMs (sm_count_attr and SMs its
+  kernel ran on) and to 1/N of the memory (an allocation above it refused);
+- one-more: a pod beyond the promise stays Pending, unschedulable for lack of the resource (the real scheduler);
+- tenant (pgpu): a pod that requests no GPU but sets NVIDIA_VISIBLE_DEVICES=all on the nvidia RuntimeClass gets none
+  (kube-accel's runtime setting, issue 31).
+Without a GPU (E2E_NO_GPU=1): the agents' DaemonSets rolled out on the real kubelet and the node advertises none.
+
+Usage: check.py OUTDIR
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import re
+import sys
+from pathlib import Path
+
+REAL = "real kubelet, real GPU"
+
+
+def load(path: Path):
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def step_rc(out: Path, name: str) -> int | None:
+    text = (out / "logs" / f"{name}.txt").read_text() if (out / "logs" / f"{name}.txt").exists() else ""
+    m = re.search(r"^rc=(\d+)$", text, re.M)
+    return int(m.group(1)) if m else None
+
+
+def host_gpus(out: Path) -> list[dict]:
+    gpus = []
+    path = out / "host-gpus.csv"
+    for line in path.read_text().splitlines() if path.exists() else []:
+        f = [x.strip() for x in line.split(",")]
+        if len(f) >= 4:
+            gpus.append({"index": f[0], "uuid": f[1], "name": f[2], "memory_mib": int(f[3])})
+    return gpus
+
+
+class Verdicts:
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+        self.failed = False
+
+    def add(self, ok: bool, pool: str, check: str, detail: str, evidence: str) -> None:
+        self.failed |= not ok
+        self.lines.append(f"{'PASS' if ok else 'FAIL'} {pool} {check}: {detail} [evidence: {evidence}]")
+
+
+def probes(pool_dir: Path, pool: str) -> list[tuple[str, dict | None, dict | None]]:
+    found = []
+    for pod in sorted(pool_dir.glob(f"{pool}-[0-9]*.pod.json")):
+        name = pod.name[: -len(".pod.json")]
+        found.append((name, load(pool_dir / f"{name}.json"), load(pod)))
+    return found
+
+
+def check_pool(v: Verdicts, out: Path, pool: str, gpus: list[dict], no_gpu: bool) -> None:
+    d = out / "pools" / pool
+    expect = load(d / "expect.json") or {}
+    rc = step_rc(out, f"pool-{pool}")
+    if not expect:
+        v.add(False, pool, "ran", f"no record (step rc {rc})", "gpu-e2e.sh")
+        return
+    resource, per_gpu = next(iter(expect["per_gpu"].items()))
+    alloc = ((load(d / "node-status.json") or {}).get("status") or {}).get("allocatable") or {}
+    rollout = (d / "rollout.txt").read_text() if (d / "rollout.txt").exists() else ""
+    rolled = rollout.count("successfully rolled out")
+    configs = agent_configs(d)
+    replicas = sorted({r.get("replicas") for c in configs.values() for r in sharing_resources(c)})
+    want_replicas = [expect["replicas"]] if expect["replicas"] else []
+    pods = (load(d / "agents.json") or {}).get("items", [])
+    unready = [f"{p['metadata']['name']}/{c['name']}" for p in pods
+               for c in (p.get("status") or {}).get("containerStatuses") or [] if not c.get("ready")]
+    v.add(rolled > 0 and "error" not in rollout.lower() and bool(configs) and None not in configs.values()
+          and replicas == want_replicas and (no_gpu or (bool(pods) and not unready)), pool, "agents",
+          f"{rolled} DaemonSet(s) of {', '.join(expect['releases'])} rolled out; "
+          + ", ".join(f"{k} {'loaded its config' if c is not None else 'did NOT load its config'}"
+                      for k, c in sorted(configs.items()))
+          + f"; sharing replicas {replicas} (promised {want_replicas})"
+          + (f"; not ready: {unready}" if unready and not no_gpu else ""),
+          "real kubelet, containerd, runc; the agents' own logs")
+    if no_gpu:
+        v.add(resource not in alloc or alloc[resource] == "0", pool, "advertised",
+              f"{resource}={alloc.get(resource, 'absent')} (no GPU on this machine)", "real kubelet, no GPU")
+        if expect["mode"] == "pgpu":
+            check_tenant(v, d, pool, "real kubelet, stand-in CDI spec (no GPU)")
+        return
+    want = per_gpu * len(gpus)
+    v.add(alloc.get(resource) == str(want), pool, "advertised",
+          f"{resource}={alloc.get(resource, 'absent')}, promised {per_gpu} per GPU x {len(gpus)} = {want}",
+          "real kubelet node status, NVIDIA device plugin v0.20.0")
+    uuids = {g["uuid"] for g in gpus}
+    results = probes(d, pool)
+    n = 1 if expect["mode"] == "pgpu" else int(expect["replicas"])
+    ok_runs = [(name, p) for name, p, _ in results if p and p.get("ok")]
+    detail = [f"{name}: " + (f"{dev['uuid']} sm={dev['sm_count_attr']} ran-on={dev['sms_used']} "
+                             f"free={dev['free_mib']}MiB" if p and p.get("ok") and (dev := p["devices"][0])
+                             else f"FAILED {p.get('error') if p else 'no output'}") for name, p, _ in results]
+    seen = {dev["uuid"] for _, p in ok_runs for dev in p["devices"]}
+    v.add(len(ok_runs) == n and seen <= uuids and all(p["device_count"] == 1 for _, p in ok_runs), pool,
+          "share", f"{len(ok_runs)}/{n} CUDA pods ran on {sorted(seen)} (host: {sorted(uuids)}); " + "; ".join(detail),
+          f"{REAL}, cuda-probe (PTX kernel)")
+    if expect["mode"] == "mps" and ok_runs:
+        pct = 100 // n
+        mem_limit = gpus[0]["memory_mib"] // n
+        # A whole GPU's SM count: the pgpu pool's probe of this run when it ran, else the largest SM id + 1 seen.
+        full = whole_gpu_sms(out)
+        for name, p in ok_runs:
+            dev = p["devices"][0]
+            sm_ok = full is not None and dev["sm_count_attr"] <= -(-full * pct // 100) and dev["sms_used"] <= dev[
+                "sm_count_attr"] and dev["sm_count_attr"] < full
+            allocs = p.get("allocs") or []
+            small = next((a for a in allocs if a["mib"] <= 1024), None)
+            big = next((a for a in allocs if a["mib"] > mem_limit), None)
+            mem_ok = bool(small and small["ok"] and big and not big["ok"] and dev["free_mib"] <= mem_limit)
+            v.add(sm_ok, pool, f"mps-threads {name}",
+                  f"{dev['sm_count_attr']} SMs visible, kernel on {dev['sms_used']}, of {full} ({pct} % promised)",
+                  f"{REAL}, MPS control daemon of the device plugin")
+            v.add(mem_ok, pool, f"mps-memory {name}",
+                  f"free {dev['free_mib']} MiB <= {mem_limit}; "
+                  + ", ".join(f"{a['mib']} MiB {'ok' if a['ok'] else a.get('error')}" for a in allocs),
+                  f"{REAL}, MPS pinned-memory limit")
+    if expect["mode"] == "mps":
+        nonroot = load(d / "mps-nonroot.json")
+        v.add(bool(nonroot and nonroot.get("ok")), pool, "mps-nonroot",
+              "a client running as uid 65532 (after the root clients): "
+              + (f"{nonroot['devices'][0]['sm_count_attr']} SMs, free {nonroot['devices'][0]['free_mib']} MiB"
+                 if nonroot and nonroot.get("ok") else f"FAILED {(nonroot or {}).get('error', 'no output')}"),
+              f"{REAL}, MPS control daemon of the device plugin")
+    extra = load(d / "extra.pod.json") or {}
+    conds = {c["type"]: c for c in (extra.get("status") or {}).get("conditions") or []}
+    sched = conds.get("PodScheduled", {})
+    events = " ".join(e.get("message", "") for e in (load(d / "extra.events.json") or {}).get("items", []))
+    why = sched.get("message", "") + " " + events
+    # Meaningful only where the node advertised its promise: with nothing advertised every pod is refused.
+    v.add(alloc.get(resource) == str(want) and extra.get("status", {}).get("phase") == "Pending"
+          and sched.get("reason") == "Unschedulable" and f"Insufficient {resource}" in why, pool, "one-more",
+          f"pod {n + 1} with {resource}={alloc.get(resource, 'absent')}: {extra.get('status', {}).get('phase')} "
+          f"{sched.get('reason')}: {why.strip()[:160]}", "real kube-scheduler")
+    if expect["mode"] == "pgpu":
+        check_tenant(v, d, pool, f"{REAL}, NVIDIA runtime with kube-accel's config")
+
+
+def check_tenant(v: Verdicts, d: Path, pool: str, evidence: str) -> None:
+    """The pod ran (the runtime's CDI path worked) and its probe found no GPU."""
+    attack = load(d / "attack-envvar.json")
+    phase = ((load(d / "attack-envvar.pod.json") or {}).get("status") or {}).get("phase")
+    v.add(bool(attack) and not attack.get("ok") and phase == "Failed", pool, "tenant",
+          f"no GPU request + NVIDIA_VISIBLE_DEVICES=all: {phase}, {(attack or {}).get('error', 'no probe output')}",
+          evidence)
+
+
+AGENTS = ("nvidia-device-plugin", "mps-control-daemon-ctr")
+
+
+def agent_configs(pool_dir: Path) -> dict[str, dict | None]:
+    """{pod/container: the config it printed after "Running with config:" (None: it never loaded one)} for the
+    device plugin and MPS daemon containers, from their logs (kubectl logs --prefix)."""
+    found: dict[str, dict | None] = {}
+    for path in sorted(pool_dir.glob("agent-*.log")):
+        lines: dict[str, list[str]] = {}
+        for line in path.read_text(errors="replace").splitlines():
+            m = re.match(r"^\[pod/([^/]+)/([^\]]+)\] ?(.*)$", line)
+            if m and m.group(2) in AGENTS:
+                lines.setdefault(f"{m.group(1)}/{m.group(2)}", []).append(m.group(3))
+        for key, text in lines.items():
+            found[key] = None
+            for i, line in enumerate(text):
+                if line.startswith("Running with config:"):
+                    end = next((j for j in range(i + 1, len(text)) if text[j] == "}"), None)
+                    if end is not None:
+                        with contextlib.suppress(ValueError):
+                            found[key] = json.loads("\n".join(text[i + 1:end + 1]))
+    return found
+
+
+def sharing_resources(config: dict | None) -> list[dict]:
+    sharing = (config or {}).get("sharing") or {}
+    return [r for kind in ("timeSlicing", "mps") for r in (sharing.get(kind) or {}).get("resources") or []]
+
+
+def whole_gpu_sms(out: Path) -> int | None:
+    for _, p, _ in probes(out / "pools" / "pgpu", "pgpu"):
+        if p and p.get("ok"):
+            return p["devices"][0]["sm_count_attr"]
+    return None
+
+
+def main() -> None:
+    out = Path(sys.argv[1])
+    no_gpu = not (out / "host-gpus.csv").exists()
+    gpus = host_gpus(out)
+    v = Verdicts()
+    if not no_gpu and not gpus:
+        v.add(False, "host", "gpus", "nvidia-smi listed no GPU", "host nvidia-smi")
+    ready = (out / "summary.txt").read_text() if (out / "summary.txt").exists() else ""
+    v.add("node " in ready and "Ready after" in ready, "cluster", "node", "the kubelet registered and is Ready",
+          "real kubelet, kube-apiserver, etcd")
+    pools = [p.name for p in sorted((out / "pools").iterdir())] if (out / "pools").exists() else []
+    if not pools:
+        v.add(False, "cluster", "pools", "no pool ran", "gpu-e2e.sh")
+    for pool in pools:
+        check_pool(v, out, pool, gpus, no_gpu)
+    print("\n".join(v.lines))
+    print(f"RESULT {'FAIL' if v.failed else 'PASS'} ({'no GPU: ' if no_gpu else ''}{len(v.lines)} checks)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,162 @@
+"""scripts/gpu_e2e/check.py: the verdicts of a gpu-e2e.sh run pass on what a good run records and fail on each way a
+pool can break its promise. The records are written here in the shapes gpu-e2e.sh stores (cuda-probe's JSON, kubectl's
+pod and node JSON); their numbers are those of the H100 run in docs/gpu-validation.md (132 SMs, 81559 MiB)."""
+
+from __future__ import annotations
+
+import copy
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+spec = importlib.util.spec_from_file_location("gpu_e2e_check", REPO / "scripts" / "gpu_e2e" / "check.py")
+check = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(check)
+
+UUID = "GPU-3f1c2a9e-0000-1111-2222-333344445555"
+EXPECT = {
+    "pgpu": {"pool": "pgpu", "mode": "pgpu", "releases": ["kube-accel-pgpu"], "per_gpu": {"nvidia.com/gpu": 1},
+             "request": {"nvidia.com/gpu": "1"}, "replicas": None},
+    "timeslice": {"pool": "timeslice", "mode": "timeslice", "releases": ["kube-accel-timeslice"],
+                  "per_gpu": {"nvidia.com/gpu.shared": 4}, "request": {"nvidia.com/gpu.shared": "1"}, "replicas": 4},
+    "mps": {"pool": "mps", "mode": "mps", "releases": ["kube-accel-mps"], "per_gpu": {"nvidia.com/gpu": 4},
+            "request": {"nvidia.com/gpu": "1"}, "replicas": 4},
+}
+
+
+def probe(sms=132, free=80000, allocs=None, ok=True, error=None):
+    dev = {"index": 0, "uuid": UUID, "sm_count_attr": sms, "sms_used": sms, "free_mib": free, "ok": True}
+    return {"ok": ok, "error": error, "device_count": 1 if ok else 0, "devices": [dev] if ok else [],
+            "allocs": allocs or [{"mib": 1024, "ok": True, "error": None}]}
+
+
+def write(path: Path, data) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data) if not isinstance(data, str) else data)
+
+
+def good_run(out: Path) -> dict[str, dict]:
+    """{pool: {file: data}} of a run where every pool kept its promise."""
+    write(out / "host-gpus.csv", f"0, {UUID}, NVIDIA H100 80GB HBM3, 81559, 580.159.04, Default, Disabled\n")
+    write(out / "summary.txt", "node                         Ready after 20s: real kubelet v1.36.3\n")
+    mps_allocs = [{"mib": 1024, "ok": True, "error": None},
+                  {"mib": 22437, "ok": False, "error": "CUDA_ERROR_OUT_OF_MEMORY"}]
+    files = {}
+    for pool, expect in EXPECT.items():
+        res, per = next(iter(expect["per_gpu"].items()))
+        n = 1 if pool == "pgpu" else 4
+        replicas = expect["replicas"]
+        config = {"flags": {}, "sharing": {"timeSlicing": {"resources": [{"name": res, "replicas": replicas}]}}
+                  if pool == "timeslice" else {"mps": {"resources": [{"name": res, "replicas": replicas}]}}
+                  if pool == "mps" else {}}
+        containers = ["nvidia-device-plugin"] + (["mps-control-daemon-ctr"] if pool == "mps" else [])
+        f = {"expect.json": expect,
+             "agent-a.log": "".join(f"[pod/agent-0/{c}] {line}\n" for c in containers
+                                    for line in ["I1126 main.go:351] Loading configuration.", "Running with config:",
+                                                 *json.dumps(config, indent=2).splitlines()]),
+             "agents.json": {"items": [{"metadata": {"name": "agent-0"}, "status": {"containerStatuses": [
+                 {"name": c, "ready": True} for c in containers]}}]},
+             "node-status.json": {"status": {"allocatable": {res: str(per)}}},
+             "rollout.txt": 'daemon set "x" successfully rolled out\n',
+             "extra.pod.json": {"status": {"phase": "Pending", "conditions": [
+                 {"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                  "message": f"0/1 nodes are available: 1 Insufficient {res}."}]}},
+             "extra.events.json": {"items": []}}
+        for i in range(1, n + 1):
+            f[f"{pool}-{i}.json"] = probe(32, 20300, mps_allocs) if pool == "mps" else probe()
+            f[f"{pool}-{i}.pod.json"] = {"status": {"phase": "Succeeded"}}
+        if pool == "pgpu":
+            f["attack-envvar.json"] = probe(ok=False, error="dlopen libcuda.so.1: not found")
+            f["attack-envvar.pod.json"] = {"status": {"phase": "Failed"}}
+        if pool == "mps":
+            f["mps-nonroot.json"] = probe(32, 20300, mps_allocs)
+        files[pool] = f
+    return files
+
+
+def verdicts(out: Path, files: dict[str, dict], capsys) -> list[str]:
+    for pool, f in files.items():
+        for name, data in f.items():
+            write(out / "pools" / pool / name, data)
+    check.main.__globals__["sys"].argv = ["check.py", str(out)]
+    check.main()
+    return capsys.readouterr().out.splitlines()
+
+
+def test_good_run_passes(tmp_path, capsys):
+    lines = verdicts(tmp_path, good_run(tmp_path), capsys)
+    assert lines[-1].startswith("RESULT PASS"), lines
+    assert not [line for line in lines if line.startswith("FAIL")]
+    names = {" ".join(line.split()[1:3]).rstrip(":") for line in lines if line.startswith("PASS")}
+    assert {"pgpu share", "pgpu tenant", "timeslice one-more", "mps mps-nonroot"} <= names
+    assert any(line.startswith("PASS mps mps-threads") and "real kubelet, real GPU" in line for line in lines)
+
+
+BREAKS = {
+    # the plugin never read its config (the dangling /config symlink a real kubelet showed)
+    "agents": ("pgpu", lambda f: f.update({"agent-a.log": "[pod/agent-0/nvidia-device-plugin] error starting plugins: "
+                                                          "unable to load config\n"})),
+    # the plugin read a config with other sharing than promised
+    "agents ": ("timeslice", lambda f: f.update({"agent-a.log": f["agent-a.log"].replace('"replicas": 4',
+                                                                                         '"replicas": 8')})),
+    # the plugin advertised something else than kube-accel promised
+    "advertised": ("timeslice", lambda f: f["node-status.json"]["status"]["allocatable"].update(
+        {"nvidia.com/gpu.shared": "8"})),
+    # one of the promised time-slice replicas did not get the GPU
+    "share": ("timeslice", lambda f: f.update({"timeslice-3.json": probe(ok=False, error="cuInit: NO_DEVICE")})),
+    # an MPS client saw the whole GPU: the thread percentage did not hold
+    "mps-threads": ("mps", lambda f: f.update({"mps-2.json": probe(132, 20300, f["mps-1.json"]["allocs"])})),
+    # an allocation above the pinned-memory limit succeeded
+    "mps-memory": ("mps", lambda f: f["mps-1.json"]["allocs"][1].update({"ok": True, "error": None})),
+    # a pod beyond the promise was scheduled
+    "one-more": ("pgpu", lambda f: f["extra.pod.json"]["status"].update({"phase": "Running", "conditions": []})),
+    # the tenant without a GPU request got one
+    "tenant": ("pgpu", lambda f: f.update({"attack-envvar.json": probe()})),
+}
+
+
+@pytest.mark.parametrize("check_name", sorted(BREAKS))
+def test_each_broken_promise_fails(tmp_path, capsys, check_name):
+    pool, breaker = BREAKS[check_name]
+    check_name = check_name.strip()
+    files = copy.deepcopy(good_run(tmp_path))
+    breaker(files[pool])
+    lines = verdicts(tmp_path, files, capsys)
+    failed = [line for line in lines if line.startswith("FAIL")]
+    # The broken check fails, in that pool only (one-more follows advertised: it means nothing without it).
+    assert any(line.startswith(f"FAIL {pool} {check_name}") for line in failed), lines
+    allowed = (check_name, "one-more") if check_name == "advertised" else (check_name,)
+    assert all(line.startswith(tuple(f"FAIL {pool} {c}" for c in allowed)) for line in failed), failed
+    assert lines[-1].startswith("RESULT FAIL")
+
+
+def test_no_gpu_run_checks_agents_and_tenant(tmp_path, capsys):
+    files = good_run(tmp_path)
+    (tmp_path / "host-gpus.csv").unlink()
+    for f in files.values():
+        res = next(iter(f["expect.json"]["per_gpu"]))
+        f["node-status.json"] = {"status": {"allocatable": {"cpu": "2"}}}
+        assert res not in f["node-status.json"]["status"]["allocatable"]
+    lines = verdicts(tmp_path, files, capsys)
+    assert lines[-1].startswith("RESULT PASS (no GPU"), lines
+    assert any(line.startswith("PASS pgpu tenant") for line in lines)
+
+
+def test_recorded_h100_run_with_the_chart_bug(tmp_path, capsys):
+    """The first run on a real node (H100, driver 580.159.04, 2026-11-26; records in tests/data/gpu-e2e): the pgpu
+    chart's plugin could not read its config (dangling /config symlink, fixed since), so nothing was advertised. The
+    verdicts say so, and do not count the refused extra pod as a kept promise; the tenant's pod got no GPU."""
+    import tarfile
+
+    with tarfile.open(REPO / "tests" / "data" / "gpu-e2e" / "h100-2026-11-26-first-run.tar.xz") as tar:
+        tar.extractall(tmp_path, filter="data")
+    check.main.__globals__["sys"].argv = ["check.py", str(tmp_path / "e2e-out")]
+    check.main()
+    lines = capsys.readouterr().out.splitlines()
+    assert any(line.startswith("FAIL pgpu agents") and "did NOT load its config" in line for line in lines), lines
+    assert any(line.startswith("FAIL pgpu one-more") for line in lines)
+    assert any(line.startswith("PASS pgpu tenant") and "real GPU" in line for line in lines)
+    assert lines[-1].startswith("RESULT FAIL")

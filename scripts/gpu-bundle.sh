@@ -27,8 +27,6 @@ export GOTOOLCHAIN=local GOFLAGS="-trimpath -buildvcs=false"
 export GOSUMDB=sum.golang.org GOPROXY=${GOPROXY:-https://proxy.golang.org,direct}
 export GONOSUMDB='' GOINSECURE='' GOPRIVATE='' GONOPROXY=''
 export GOMODCACHE="$KA_CACHE/go/mod" GOCACHE="$KA_CACHE/go/build"
-RUNC_VERSION=v1.5.2
-CNI_PLUGINS_VERSION=v1.10.0
 mkdir -p "$C"
 log() { printf '[gpu-bundle] %s\n' "$*" >&2; }
 have() { [ -x "$1" ] && [ -f "$1.stamp" ] && [ "$(cat "$1.stamp")" = "$2" ]; }

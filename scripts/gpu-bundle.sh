@@ -19,18 +19,14 @@ REPO=$(cd "$HERE/.." && pwd)
 # shellcheck source=scripts/versions.env
 . "$HERE/versions.env"
 OUT=${1:-$REPO/build/gpu-bundle}
-KA_CACHE=${KA_CACHE:-$HOME/.cache/kube-accel}
+# shellcheck source=scripts/goenv.sh
+. "$HERE/goenv.sh"
+export GOFLAGS="-trimpath -buildvcs=false"
 C=$KA_CACHE/gpu-bundle
 UP=$KA_CACHE/upstream/bin
 VENV=${VENV:-$REPO/.venv}
-export GOTOOLCHAIN=local GOFLAGS="-trimpath -buildvcs=false"
-export GOSUMDB=sum.golang.org GOPROXY=${GOPROXY:-https://proxy.golang.org,direct}
-export GONOSUMDB='' GOINSECURE='' GOPRIVATE='' GONOPROXY=''
-export GOMODCACHE="$KA_CACHE/go/mod" GOCACHE="$KA_CACHE/go/build"
 mkdir -p "$C"
 log() { printf '[gpu-bundle] %s\n' "$*" >&2; }
-have() { [ -x "$1" ] && [ -f "$1.stamp" ] && [ "$(cat "$1.stamp")" = "$2" ]; }
-stamp() { printf '%s' "$2" >"$1.stamp"; }
 # scratch DIR MODULE@VERSION: a throwaway module that requires only that module (its go.mod decides the rest).
 scratch() { local d=$1; shift; rm -rf "$d" && mkdir -p "$d" && (cd "$d" && go mod init ka-gpu-bundle >/dev/null 2>&1 && go get "$@"); }
 

@@ -8,20 +8,13 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=scripts/versions.env
 . "$HERE/versions.env"
 
-KA_CACHE=${KA_CACHE:-$HOME/.cache/kube-accel}
+# shellcheck source=scripts/goenv.sh
+. "$HERE/goenv.sh"
 BIN="$KA_CACHE/bin"
-export GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS="-trimpath -buildvcs=false"
-# Every module go install downloads is checked against the checksum database's transparency log (sum.golang.org,
-# fetched through GOPROXY), and nothing exempts a module from it whatever the caller's environment says: a proxy
-# serving other content than upstream published fails the build (scripts/upstream.sh does the same).
-export GOSUMDB=sum.golang.org GOPROXY=${GOPROXY:-https://proxy.golang.org,direct}
-export GONOSUMDB='' GOINSECURE='' GOPRIVATE='' GONOPROXY=''
-export GOMODCACHE="$KA_CACHE/go/mod" GOCACHE="$KA_CACHE/go/build"
+export CGO_ENABLED=0 GOFLAGS="-trimpath -buildvcs=false"
 mkdir -p "$BIN"
 
 log() { printf '[toolchain] %s\n' "$*" >&2; }
-have() { [ -x "$1" ] && [ -e "$1.stamp" ] && [ "$(cat "$1.stamp")" = "$2" ]; }
-stamp() { printf '%s' "$2" >"$1.stamp"; }
 # Link the versioned binary to the unversioned name the rest of the repo uses.
 link() { ln -sfn "$1" "$BIN/$2"; }
 

@@ -10,25 +10,19 @@
 # is the pinned commit, or the script says exactly what is missing. Everything is cached by the archive's digest
 # and the Go version: a second call builds nothing.
 #
-# Go modules: GOSUMDB is sum.golang.org and nothing exempts a module from it (GONOSUMDB, GOPRIVATE, GONOPROXY and
-# GOINSECURE emptied, whatever the caller's environment says). So every module the builds download is checked against
-# the go.sum of the module being built (an archive's own go.sum, or the go.sum go get writes for a proxy command)
-# and every hash not in a go.sum yet against the checksum database's transparency log, fetched through GOPROXY;
-# a proxy that serves other content than upstream published fails the build.
+# Go modules: checked as scripts/goenv.sh says (sum.golang.org, no exemption whatever the caller's environment says).
 #
 # Usage: scripts/upstream.sh [all|src|bin|harness|crds|path ARCHIVE]
 set -euo pipefail
 
 HERE=$(cd "$(dirname "$0")" && pwd)
 REPO=$(cd "$HERE/.." && pwd)
-KA_CACHE=${KA_CACHE:-$HOME/.cache/kube-accel}
+# shellcheck source=scripts/goenv.sh
+. "$HERE/goenv.sh"
 KA_UPSTREAM_SRC=${KA_UPSTREAM_SRC:-$REPO/../shared/upstream}
 UP="$KA_CACHE/upstream"
-export GOTOOLCHAIN=local GOFLAGS="-trimpath -buildvcs=false -mod=mod"
-export GOSUMDB=sum.golang.org GOPROXY=${GOPROXY:-https://proxy.golang.org,direct}
-export GONOSUMDB='' GOINSECURE='' GOPRIVATE='' GONOPROXY=''
+export GOFLAGS="-trimpath -buildvcs=false -mod=mod"
 PINNED_SHA256="$HERE/upstream.sha256"
-export GOMODCACHE="$KA_CACHE/go/mod" GOCACHE="$KA_CACHE/go/build"
 # go-nvml binds libnvidia-ml through cgo (dlopen at run time): the NVIDIA binaries need cgo to build.
 export CGO_ENABLED=1
 

@@ -1,0 +1,18 @@
+# shellcheck shell=bash
+# Sourced by scripts/toolchain.sh, scripts/upstream.sh and scripts/gpu-bundle.sh: the one Go environment every build
+# runs with (each script adds its own GOFLAGS and CGO_ENABLED).
+# Go modules: GOSUMDB is sum.golang.org and nothing exempts a module from it (GONOSUMDB, GOPRIVATE, GONOPROXY and
+# GOINSECURE emptied, whatever the caller's environment says). So every module a build downloads is checked against
+# the go.sum of the module being built (an archive's own go.sum, or the go.sum go get writes for a proxy command)
+# and every hash not in a go.sum yet against the checksum database's transparency log, fetched through GOPROXY;
+# a proxy that serves other content than upstream published fails the build.
+# Module and build caches live under $KA_CACHE, keyed by version by the scripts that build into it.
+KA_CACHE=${KA_CACHE:-$HOME/.cache/kube-accel}
+export GOTOOLCHAIN=local
+export GOSUMDB=sum.golang.org GOPROXY=${GOPROXY:-https://proxy.golang.org,direct}
+export GONOSUMDB='' GOINSECURE='' GOPRIVATE='' GONOPROXY=''
+export GOMODCACHE="$KA_CACHE/go/mod" GOCACHE="$KA_CACHE/go/build"
+
+# have FILE KEY: FILE is an executable built for KEY (its FILE.stamp says so); stamp FILE KEY records that.
+have() { [ -x "$1" ] && [ -e "$1.stamp" ] && [ "$(cat "$1.stamp")" = "$2" ]; }
+stamp() { printf '%s' "$2" >"$1.stamp"; }

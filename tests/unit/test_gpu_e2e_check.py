@@ -7,6 +7,7 @@ from __future__ import annotations
 import copy
 import importlib.util
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -77,17 +78,21 @@ def good_run(out: Path) -> dict[str, dict]:
     return files
 
 
-def verdicts(out: Path, files: dict[str, dict], capsys) -> list[str]:
-    for pool, f in files.items():
-        for name, data in f.items():
-            write(out / "pools" / pool / name, data)
-    check.main.__globals__["sys"].argv = ["check.py", str(out)]
+def run_check(out: Path, capsys, monkeypatch) -> list[str]:
+    monkeypatch.setattr(sys, "argv", ["check.py", str(out)])
     check.main()
     return capsys.readouterr().out.splitlines()
 
 
-def test_good_run_passes(tmp_path, capsys):
-    lines = verdicts(tmp_path, good_run(tmp_path), capsys)
+def verdicts(out: Path, files: dict[str, dict], capsys, monkeypatch) -> list[str]:
+    for pool, f in files.items():
+        for name, data in f.items():
+            write(out / "pools" / pool / name, data)
+    return run_check(out, capsys, monkeypatch)
+
+
+def test_good_run_passes(tmp_path, capsys, monkeypatch):
+    lines = verdicts(tmp_path, good_run(tmp_path), capsys, monkeypatch)
     assert lines[-1].startswith("RESULT PASS"), lines
     assert not [line for line in lines if line.startswith("FAIL")]
     names = {" ".join(line.split()[1:3]).rstrip(":") for line in lines if line.startswith("PASS")}
@@ -119,12 +124,12 @@ BREAKS = {
 
 
 @pytest.mark.parametrize("check_name", sorted(BREAKS))
-def test_each_broken_promise_fails(tmp_path, capsys, check_name):
+def test_each_broken_promise_fails(tmp_path, capsys, monkeypatch, check_name):
     pool, breaker = BREAKS[check_name]
     check_name = check_name.strip()
     files = copy.deepcopy(good_run(tmp_path))
     breaker(files[pool])
-    lines = verdicts(tmp_path, files, capsys)
+    lines = verdicts(tmp_path, files, capsys, monkeypatch)
     failed = [line for line in lines if line.startswith("FAIL")]
     # The broken check fails, in that pool only (one-more follows advertised: it means nothing without it).
     assert any(line.startswith(f"FAIL {pool} {check_name}") for line in failed), lines
@@ -133,19 +138,19 @@ def test_each_broken_promise_fails(tmp_path, capsys, check_name):
     assert lines[-1].startswith("RESULT FAIL")
 
 
-def test_no_gpu_run_checks_agents_and_tenant(tmp_path, capsys):
+def test_no_gpu_run_checks_agents_and_tenant(tmp_path, capsys, monkeypatch):
     files = good_run(tmp_path)
     (tmp_path / "host-gpus.csv").unlink()
     for f in files.values():
         res = next(iter(f["expect.json"]["per_gpu"]))
         f["node-status.json"] = {"status": {"allocatable": {"cpu": "2"}}}
         assert res not in f["node-status.json"]["status"]["allocatable"]
-    lines = verdicts(tmp_path, files, capsys)
+    lines = verdicts(tmp_path, files, capsys, monkeypatch)
     assert lines[-1].startswith("RESULT PASS (no GPU"), lines
     assert any(line.startswith("PASS pgpu tenant") for line in lines)
 
 
-def test_recorded_h100_run_with_the_chart_bug(tmp_path, capsys):
+def test_recorded_h100_run_with_the_chart_bug(tmp_path, capsys, monkeypatch):
     """The first run on a real node (H100, driver 580.159.04, 2026-11-26; records in tests/data/gpu-e2e): the pgpu
     chart's plugin could not read its config (dangling /config symlink, fixed since), so nothing was advertised. The
     verdicts say so, and do not count the refused extra pod as a kept promise; the tenant's pod got no GPU."""
@@ -153,9 +158,7 @@ def test_recorded_h100_run_with_the_chart_bug(tmp_path, capsys):
 
     with tarfile.open(REPO / "tests" / "data" / "gpu-e2e" / "h100-2026-11-26-first-run.tar.xz") as tar:
         tar.extractall(tmp_path, filter="data")
-    check.main.__globals__["sys"].argv = ["check.py", str(tmp_path / "e2e-out")]
-    check.main()
-    lines = capsys.readouterr().out.splitlines()
+    lines = run_check(tmp_path / "e2e-out", capsys, monkeypatch)
     assert any(line.startswith("FAIL pgpu agents") and "did NOT load its config" in line for line in lines), lines
     assert any(line.startswith("FAIL pgpu one-more") for line in lines)
     assert any(line.startswith("PASS pgpu tenant") and "real GPU" in line for line in lines)

@@ -19,6 +19,8 @@ export PYTEST_ARGS
 BENCH_HOSTS_ARGS ?=
 BENCH_CLUSTER_ARGS ?=
 BENCH_PREFLIGHT_ARGS ?=
+# e.g. RELEASE_ARGS="--chart-url https://charts.example.org/kube-accel" for absolute URLs in charts/index.yaml.
+RELEASE_ARGS ?=
 
 .PHONY: help
 help: ## List targets
@@ -100,6 +102,10 @@ gpu-e2e: ## On a GPU host, as root, from the bundle (no build, no network): real
 .PHONY: images
 images: venv ## Image list for mirroring into a private registry
 	$(BIN)/python scripts/images.py
+
+.PHONY: release
+release: venv ## Release in dist/: collection tarball, charts with index.yaml and OCI layouts, notes, SHA256SUMS
+	$(BIN)/python scripts/release.py --out dist $(RELEASE_ARGS)
 
 .PHONY: clean
 clean: lab-down ## Remove the lab and Python caches (keeps the toolchain cache)

@@ -231,7 +231,9 @@ def test_forged_annotations_on_update_and_status(lab, hami):
                      {"metadata": {"annotations": {"hami.io/vgpu-devices-allocated": None}}},
                      {"metadata": {"annotations": {"hami.io/bind-phase": "allocating"}}}):
             refused(patch(lab, "pod", name, body, "-n", NS), "hami-tenant")
-        refused(patch(lab, "pod", name, {"metadata": {"annotations": {"hami.io/vgpu-node": "lab-hami-1"}}},
+        # The other HAMi node: a patch naming the node HAMi chose changes nothing, and the API server admits a no-op.
+        other = "lab-hami-0" if ann["hami.io/vgpu-node"] == "lab-hami-1" else "lab-hami-1"
+        refused(patch(lab, "pod", name, {"metadata": {"annotations": {"hami.io/vgpu-node": other}}},
                       "-n", NS, "--subresource=status"), "hami.io/vgpu-node")
         ok, why = patch(lab, "pod", name, {"metadata": {"annotations": {"team": "a"}}}, "-n", NS)
         assert ok, why

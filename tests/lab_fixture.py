@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -101,6 +102,36 @@ def converge_cluster(lab: Lab, releases: set[str], namespace: str | None = None)
                            str(REPO / "ansible" / "cluster.yml"), "-e", f"accel_kubeconfig={lab.kubeconfig}"],
                           cwd=REPO, env=env, capture_output=True, text=True, check=False, timeout=900)
     assert play.returncode == 0, play.stdout[-4000:]
+
+
+LAB_INVENTORY = REPO / "inventories" / "lab"
+# Two levels under the repo like inventories/lab, so the lab's inventory_dir-relative paths resolve.
+CHANGED_INVENTORY = REPO / "inventories" / ".tmp-changed"
+
+
+def site_play(lab: Lab, inventory: Path, *args: str, timeout: int = 900) -> subprocess.CompletedProcess:
+    """ansible/site.yml on ``inventory`` (a hosts.yml) with ``args``, as a user runs it against the lab."""
+    bin_dir = Path(sys.executable).parent
+    env = {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1",
+           "PATH": f"{lab.helm.parent}:{bin_dir}:{os.environ['PATH']}"}
+    return subprocess.run([str(bin_dir / "ansible-playbook"), "-i", str(inventory), str(REPO / "ansible" / "site.yml"),
+                           *args], cwd=REPO, env=env, capture_output=True, text=True, check=False, timeout=timeout)
+
+
+def changed_lab_inventory(pool_file: str, change) -> Path:
+    """A copy of the lab inventory (CHANGED_INVENTORY) whose group_vars/``pool_file`` went through ``change`` (a
+    function that edits the dict in place); its hosts.yml. Remove it with remove_changed_inventory()."""
+    remove_changed_inventory()
+    shutil.copytree(LAB_INVENTORY, CHANGED_INVENTORY)
+    path = CHANGED_INVENTORY / "group_vars" / pool_file
+    pool = yaml.safe_load(path.read_text())
+    change(pool)
+    path.write_text("---\n" + yaml.safe_dump(pool, sort_keys=False))
+    return CHANGED_INVENTORY / "hosts.yml"
+
+
+def remove_changed_inventory() -> None:
+    shutil.rmtree(CHANGED_INVENTORY, ignore_errors=True)
 
 
 def run_localhost_playbook(book: list, path: Path, *args: str, env: dict | None = None,

@@ -13,44 +13,25 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-import yaml
-from lab_fixture import wait_for
+from lab_fixture import LAB_INVENTORY, changed_lab_inventory, remove_changed_inventory, site_play, wait_for
 
 pytestmark = pytest.mark.lab
 
 REPO = Path(__file__).resolve().parents[2]
 PLAYBOOK = str(Path(sys.executable).parent / "ansible-playbook")
-LAB = REPO / "inventories" / "lab"
-# Two levels under the repo like inventories/lab, so the lab's inventory_dir-relative paths resolve.
-SWITCHED = REPO / "inventories" / ".tmp-day2"
+LAB = LAB_INVENTORY
 TAGS = ("--tags", "preflight,cluster,verify")
 WORKLOADS = "day2-workloads"
 
 
 def site(lab, inventory: Path, *args: str) -> subprocess.CompletedProcess:
     """site.yml on ``inventory`` with ``args`` (default: the cluster side, TAGS)."""
-    env = {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1",
-           "PATH": f"{lab.helm.parent}:{os.environ['PATH']}"}
-    return subprocess.run([PLAYBOOK, "-i", str(inventory), str(REPO / "ansible" / "site.yml"), *(args or TAGS)],
-                          cwd=REPO, env=env, capture_output=True, text=True, check=False, timeout=900)
-
-
-def changed_lab_inventory(pool_file: str, change) -> Path:
-    """A copy of the lab inventory (SWITCHED) whose group_vars/``pool_file`` went through ``change`` (a function
-    that edits the dict in place); its hosts.yml."""
-    shutil.rmtree(SWITCHED, ignore_errors=True)
-    shutil.copytree(LAB, SWITCHED)
-    path = SWITCHED / "group_vars" / pool_file
-    pool = yaml.safe_load(path.read_text())
-    change(pool)
-    path.write_text("---\n" + yaml.safe_dump(pool, sort_keys=False))
-    return SWITCHED / "hosts.yml"
+    return site_play(lab, inventory, *(args or TAGS))
 
 
 def releases(lab) -> dict[str, str]:
@@ -72,7 +53,7 @@ def switched():
         pool.update(accel_mode="timeslice", accel_timeslice_replicas=4)
 
     yield changed_lab_inventory("pool_mps.yml", to_timeslice)
-    shutil.rmtree(SWITCHED, ignore_errors=True)
+    remove_changed_inventory()
 
 
 def pinned_pod(lab, name: str, node: str) -> str:
@@ -175,47 +156,3 @@ def test_what_an_earlier_run_owned_and_no_one_wants_is_a_leftover_then_removed(l
     finally:
         subprocess.run([str(lab.helm), "uninstall", name, "-n", "kube-accel", "--kubeconfig", str(lab.kubeconfig)],
                        check=False, capture_output=True)
-
-
-DROPIN = "/etc/kubernetes/kubelet.conf.d/50-kube-accel-gpu.conf"
-# What roles/sriov writes for a physical function given VFs (defaults: sriov_config_dir, sriov_unit_dir).
-SRIOV_DIR = "/etc/kube-accel/sriov"
-WANTS = "/etc/systemd/system/multi-user.target.wants"
-VF_PF = "0000:17:00.0"
-
-
-def host_file_exists(host: str, path: str) -> bool:
-    return subprocess.run(["podman", "exec", host, "test", "-e", path], check=False).returncode == 0
-
-
-@pytest.fixture
-def numa_off():
-    """The lab inventory with the pgpu pool's NUMA policy turned off, removed afterwards."""
-    yield changed_lab_inventory("pool_pgpu.yml", lambda pool: pool.update(accel_numa_policy="none"))
-    shutil.rmtree(SWITCHED, ignore_errors=True)
-
-
-def hosts_run(lab, inventory: Path) -> subprocess.CompletedProcess:
-    return site(lab, inventory, "--tags", "preflight,hosts", "--limit", "lab-pgpu-0")
-
-
-def test_a_numa_policy_turned_off_in_the_inventory_is_removed_from_the_host(lab, numa_off):
-    """The kubelet drop-in's removal path existed in kubelet_gpu but site.yml only ran the role for a policy other
-    than none, so turning it off left the drop-in (and the static CPU Manager) in force. The same held for SR-IOV:
-    the VF units an earlier plan enabled (planted here as the sriov role writes them: the lab's GPUs have no VFs)
-    stayed enabled once the pool's accel_sriov_numvfs went back to 0."""
-    if not host_file_exists("lab-pgpu-0", DROPIN):  # the lab's own plan (pool pgpu: single-numa-node) writes it
-        on = hosts_run(lab, LAB / "hosts.yml")
-        assert on.returncode == 0, on.stdout[-4000:]
-        assert host_file_exists("lab-pgpu-0", DROPIN)
-    subprocess.run(["podman", "exec", "lab-pgpu-0", "sh", "-c",
-                    f"mkdir -p {SRIOV_DIR} {WANTS} && echo SRIOV_NUMVFS=4 > {SRIOV_DIR}/{VF_PF}.env && "
-                    f"ln -sf /etc/systemd/system/kube-accel-sriov@.service {WANTS}/kube-accel-sriov@{VF_PF}.service"],
-                   check=True)
-    off = hosts_run(lab, numa_off)
-    assert off.returncode == 0, off.stdout[-4000:]
-    assert not host_file_exists("lab-pgpu-0", DROPIN), off.stdout[-3000:]
-    assert not host_file_exists("lab-pgpu-0", f"{SRIOV_DIR}/{VF_PF}.env"), off.stdout[-3000:]
-    assert not host_file_exists("lab-pgpu-0", f"{WANTS}/kube-accel-sriov@{VF_PF}.service")
-    back = hosts_run(lab, LAB / "hosts.yml")
-    assert back.returncode == 0 and host_file_exists("lab-pgpu-0", DROPIN), back.stdout[-3000:]

@@ -207,7 +207,9 @@ def gpu_problems(gpus: dict[str, Any] | None, expect: dict[str, Any]) -> list[st
     - ``count``: GPUs NVML saw before the change (no GPU may go missing through a maintenance);
     - ``driver_branch``: the loaded driver's major version (``accel_driver_branch``), ``driver_version``: exact;
     - ``mig``: true when the pool's MIG geometry needs MIG mode on (every MIG-capable GPU must have it on, with no
-      change pending).
+      change pending);
+    - ``mig_off``: true when the pool uses no MIG (no GPU may have MIG mode on, or still on until a reset: a
+      geometry an earlier plan applied is turned off by roles/mig).
     """
     gpus = gpus or {}
     problems: list[str] = []
@@ -238,6 +240,12 @@ def gpu_problems(gpus: dict[str, Any] | None, expect: dict[str, Any]) -> list[st
                 problems.append(
                     f"GPU {gpu.get('index')} ({gpu.get('name')}): MIG mode change pending (GPU reset or reboot needed)"
                 )
+    if expect.get("mig_off"):
+        for gpu in listed:
+            current, pending = gpu.get("mig_mode_current"), gpu.get("mig_mode_pending")
+            if current:
+                why = "MIG mode still on until a GPU reset or reboot" if pending is False else "MIG mode on"
+                problems.append(f"GPU {gpu.get('index')} ({gpu.get('name')}): {why}, the pool uses no MIG")
     return problems
 
 

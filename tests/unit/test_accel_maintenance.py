@@ -214,6 +214,23 @@ def test_gpu_checks_name_what_keeps_the_node_out_of_service(gpus, expect, proble
     assert am.gpu_problems(gpus, expect) == [problem]
 
 
+@pytest.mark.parametrize(
+    ("current", "pending", "problem"),
+    [
+        (True, True, "GPU 0 (NVIDIA A100 80GB PCIe): MIG mode on, the pool uses no MIG"),
+        (True, False,
+         "GPU 0 (NVIDIA A100 80GB PCIe): MIG mode still on until a GPU reset or reboot, the pool uses no MIG"),
+        (False, False, None),
+        (None, None, None),  # not MIG-capable
+    ],
+)
+def test_a_pool_without_mig_wants_mig_off_on_every_gpu(current, pending, problem):
+    """Issue 29: a geometry removed from the pool must not stay on the GPUs (roles/mig turns it off)."""
+    gpus = {**A100_MIG, "gpus": [{**A100_MIG["gpus"][0], "mig_mode_current": current, "mig_mode_pending": pending}]}
+    assert am.gpu_problems(gpus, {"mig_off": True}) == ([problem] if problem else [])
+    assert am.gpu_problems(gpus, {"mig_off": False}) == []
+
+
 def test_gpu_checks_skip_gpus_without_mig_and_empty_expectations():
     t4 = {"count": 1, "driver_version": "470.182.03", "gpus": [{"index": 0, "mig_mode_current": None}]}
     assert am.gpu_problems(t4, {"count": "", "driver_branch": "", "driver_version": None, "mig": True}) == []
@@ -259,3 +276,21 @@ def test_the_check_expects_mig_on_only_where_something_has_turned_it_on(geometry
                  "node_reboot_node_mig_config": label}
     templar = Templar(loader=DataLoader(), variables=variables)
     assert templar.template(trust_as_template(defaults["node_reboot_expect_mig"])) is expected
+
+
+@pytest.mark.parametrize(
+    ("geometry", "strategy", "expected"),
+    [({}, "none", True), (GEOMETRY, "none", True), ({}, "single", True), (GEOMETRY, "mixed", False)],
+)
+def test_the_check_expects_mig_off_where_the_pool_uses_no_mig(geometry, strategy, expected):
+    """node_reboot's default, rendered by Ansible's own templar."""
+    from pathlib import Path
+
+    import yaml
+    from ansible.parsing.dataloader import DataLoader
+    from ansible.template import Templar, trust_as_template
+
+    defaults = yaml.safe_load((Path(__file__).resolve().parents[2] / "roles/node_reboot/defaults/main.yml").read_text())
+    templar = Templar(loader=DataLoader(), variables={"accel_mig_geometry": geometry, "accel_mig_strategy": strategy})
+    assert templar.template(trust_as_template(defaults["node_reboot_expect_mig_off"])) is expected
+

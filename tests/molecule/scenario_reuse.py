@@ -10,19 +10,47 @@ a green run recorded under ~/.cache/kube-accel/molecule/ (KA_CACHE overrides the
 - the image id of every platform image, the podman version and the machine's kernel release;
 - every installed Python distribution of the venv (Molecule, ansible-core, the collections, Jinja2 ...) and any
   collection outside it, and the ANSIBLE_* / MOLECULE_* / KA_* environment;
-- the Debian repositories: the green run records, host by host, which package indices apt resolved against and their
-  SHA-256; reuse needs each repository's InRelease (fetched now) to list the same SHA-256 for each of them. Same
-  image, same inputs and same indices give apt the same package versions (driver, kernel headers, compiler). A
-  repository on the host itself (file:) is built by the scenario from its own files and is not fetched.
+- the Debian packages: the green run records, host by host, the packages the scenario changed on it (dpkg's list
+  on the host against the image's own list, read once per image id: every package added, upgraded, downgraded or
+  removed), which package indices apt had (base URI, meta key, SHA-256 of the file) and, per index, every version
+  that index offered for each of those package names (empty when it offered none). Before a reuse, each
+  repository's InRelease is fetched: an index it lists with the same SHA-256 is as it was. For one it lists with
+  another SHA-256, the new index is downloaded (its .xz or .gz, by hash where the repository offers that), checked
+  against the SHA-256 InRelease lists for it and for the uncompressed index, and parsed; any version added or removed
+  for one of the recorded names means no reuse, the reason naming the index and the package ("bookworm-security
+  main: linux-headers-6.1.0-50-amd64 versions changed"). A repository on the host itself (file:) is built by the
+  scenario from its own files and is not fetched.
 
-Anything missing or unreadable (an image not built, a repository not reachable, a compressed index) means no reuse.
+  Why this is sound: apt's choice for the packages the run changed is a function of the image (its id is in the key),
+  the sources, pins and apt settings the scenario writes (files in the key), and what the indices offer. A Debian
+  archive never publishes two different packages under one name and version, so the same versions offered for a
+  name carry the same dependencies, conflicts and files; with every version of every changed package offered as
+  before, apt makes the same choice, and a new version of one of them, or one withdrawn, is seen. The rest of an
+  index, which is what bookworm-security and bookworm-updates change almost daily, is not part of the key.
+
+  What it does not see: a change to a package the run neither installed nor removed that alters the outcome
+  without changing the version set of any package it did: a new package that now satisfies an alternative or a
+  virtual dependency first, a Recommends target newly offered, or a package a scenario only asks apt about (dkms
+  reads `apt-cache depends linux-headers-amd64` and installs the headers it names; site, which installs no driver,
+  reads `apt-cache madison` / `policy` for the driver packages). That is accepted: Debian's stable suites publish new
+  versions of existing packages, and very rarely a new name that takes over a dependency; the scenarios install by
+  name without Recommends; the kernel metapackage moves only with a new upload of linux, which also brings new
+  versions of linux-kbuild-6.1 and linux-compiler-gcc-12-x86, which the dkms run installed with the headers; and
+  site's checks hold for any candidate of the pinned branch. If that ever is not enough, the names a scenario
+  queries can be recorded beside the changed ones (the check compares whatever names a record holds).
+
+Anything missing or unreadable (an image not built, a repository not reachable, an index that does not match its
+InRelease, a record without package data) means no reuse.
 KA_MOLECULE_REUSE=0 runs every scenario; a fresh machine has no records and runs every scenario.
 """
 
 from __future__ import annotations
 
+import gzip
 import hashlib
+import http.client
 import json
+import lzma
 import os
 import platform
 import re
@@ -39,7 +67,7 @@ import yaml
 REPO = Path(__file__).resolve().parents[2]
 HARNESS = Path(__file__).resolve().parent
 # Bump when the key's definition changes: older records are then never matched.
-KEY_VERSION = 1
+KEY_VERSION = 2
 # Files whose text can name a role, a plugin or another path; other files (data, binaries) are hashed only.
 SCANNED = {".yml", ".yaml", ".j2", ".py", ".cfg", ".ini", ".sh", ".json", ""}
 WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -210,14 +238,15 @@ def file_digests(scenario: Scenario) -> dict[str, str]:
     return digests
 
 
-def platform_images(scenario: Scenario) -> list[str]:
-    """Images of the scenario's platforms, with ${VAR} / ${VAR:-default} expanded as Molecule does."""
+def platform_hosts(scenario: Scenario) -> dict[str, str]:
+    """Host name -> its image, with ${VAR} / ${VAR:-default} expanded as Molecule does."""
     data = yaml.safe_load((scenario.directory / "molecule.yml").read_text(encoding="utf-8")) or {}
-    images = []
-    for p in data.get("platforms") or []:
-        image = str(p.get("image", ""))
-        images.append(_interpolate(image))
-    return sorted(set(images))
+    return {str(p["name"]): _interpolate(str(p.get("image", ""))) for p in data.get("platforms") or []}
+
+
+def platform_images(scenario: Scenario) -> list[str]:
+    """Images of the scenario's platforms."""
+    return sorted(set(platform_hosts(scenario).values()))
 
 
 def _interpolate(value: str) -> str:
@@ -298,66 +327,250 @@ def changed_inputs(old: dict, new: dict) -> list[str]:
     return changes
 
 
-# Package indices: recorded from the hosts after a green run, checked against the repositories before a reuse.
+# Package versions: recorded from the hosts after a green run, checked against the repositories before a reuse.
 INDEX_FORMAT = "$(METAKEY)\t$(BASE_URI)\t$(FILENAME)"
+# Every package dpkg knows, with its state: removed packages keep a line (config-files) and do not count.
+DPKG_FORMAT = "${Package}:${Architecture}\t${Version}\t${db:Status-Status}\n"
+ABSENT = {"not-installed", "config-files", ""}
+# What a failed download or a bad file raises.
+FETCH_ERRORS = (OSError, ValueError, http.client.HTTPException)
+# Compressed variants of an index, in the order they are fetched (InRelease lists each with its SHA-256).
+COMPRESSED = ((".xz", lzma.decompress), (".gz", gzip.decompress))
+
+
+def parse_installed(text: str) -> dict[str, str]:
+    """dpkg-query output in DPKG_FORMAT -> {"name:arch": version} of the packages present (not removed)."""
+    found = {}
+    for line in text.splitlines():
+        parts = line.split("\t")
+        if len(parts) == 3 and parts[2] not in ABSENT:
+            found[parts[0]] = parts[1]
+    return found
+
+
+def changed_packages(image: dict[str, str], host: dict[str, str]) -> dict[str, str | None]:
+    """What the scenario did to the image's packages: {"name:arch": version on the host}, None for one it removed."""
+    changed: dict[str, str | None] = {p: v for p, v in host.items() if image.get(p) != v}
+    changed.update({p: None for p in image if p not in host})
+    return dict(sorted(changed.items()))
+
+
+def package_names(changed: dict[str, str | None]) -> list[str]:
+    """The package names (without architecture) an index is searched for."""
+    return sorted({p.split(":", 1)[0] for p in changed})
+
+
+def parse_packages(text: str, names=None) -> dict[str, set[str]]:
+    """A Packages index (stanzas; or just its Package: and Version: lines) -> {name: the versions it offers}; only
+    the given names when names is set. A name may have several stanzas (several versions)."""
+    offers: dict[str, set[str]] = {}
+    name = None
+    for line in text.splitlines():
+        if line.startswith("Package:"):
+            name = line[8:].strip()
+            if names is not None and name not in names:
+                name = None
+        elif line.startswith("Version:"):
+            if name is not None:
+                offers.setdefault(name, set()).add(line[8:].strip())
+        elif not line.strip():
+            name = None
+    return offers
+
+
+def _image_packages(image_id: str) -> dict[str, str]:
+    """The packages of an image (by id), read once with `podman run` and kept under the cache by the image's id."""
+    path = cache_root() / "images" / (re.sub(r"[^A-Za-z0-9]+", "_", image_id) + ".json")
+    if path.is_file():
+        return json.loads(path.read_text(encoding="utf-8"))
+    proc = subprocess.run(["podman", "run", "--rm", "--network", "none", "--entrypoint", "dpkg-query", image_id,
+                           "-W", "-f", DPKG_FORMAT], capture_output=True, text=True, check=True)
+    packages = parse_installed(proc.stdout)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(packages, indent=0, sort_keys=True), encoding="utf-8")
+    tmp.replace(path)
+    return packages
 
 
 def host_indices(container: str) -> list[dict]:
-    """The Packages indices apt has on a host, with the SHA-256 of each downloaded one."""
+    """The Packages indices apt has on a host: where from (base_uri, meta_key), the SHA-256 of the downloaded one
+    ("missing" when apt never downloaded it) and its file under /var/lib/apt/lists (uncompressed there)."""
     script = (
         "command -v apt-get >/dev/null || exit 0; "
         f"apt-get indextargets --format '{INDEX_FORMAT}' 'Identifier: Packages' | while IFS=\"$(printf '\\t')\" "
         "read -r key base file; do "
         "if [ -e \"$file\" ]; then sum=$(sha256sum < \"$file\" | cut -d' ' -f1); else sum=missing; fi; "
-        "printf '%s\\t%s\\t%s\\n' \"$key\" \"$base\" \"$sum\"; done"
+        "printf '%s\\t%s\\t%s\\t%s\\n' \"$key\" \"$base\" \"$sum\" \"$file\"; done"
     )
     proc = subprocess.run(["podman", "exec", container, "sh", "-c", script],
                           capture_output=True, text=True, check=True)
     rows = []
     for line in proc.stdout.splitlines():
-        key, base, sha = line.split("\t")
-        rows.append({"meta_key": key, "base_uri": base, "sha256": sha})
+        key, base, sha, file = line.split("\t")
+        rows.append({"meta_key": key, "base_uri": base, "sha256": sha, "file": file})
     return rows
 
 
-def release_hashes(base_uri: str, timeout: float = 20) -> dict[str, str]:
-    """meta key -> SHA-256 from a repository's InRelease (read without verifying: a comparison, not a trust)."""
+def host_state(container: str, image_id: str) -> dict:
+    """What a green run leaves to check before a reuse, for one host: the packages the scenario added, upgraded,
+    downgraded or removed against its image, and per index apt had, the versions it offered for those names."""
+    proc = subprocess.run(["podman", "exec", container, "sh", "-c",
+                           f"command -v dpkg-query >/dev/null || exit 0; dpkg-query -W -f '{DPKG_FORMAT}'"],
+                          capture_output=True, text=True, check=True)
+    changed = changed_packages(_image_packages(image_id), parse_installed(proc.stdout))
+    names = set(package_names(changed))
+    indices = host_indices(container)
+    files = [row["file"] for row in indices if row["sha256"] != "missing"]
+    lists: dict[str, dict[str, set[str]]] = {}
+    if files and names:
+        # Only the Package: and Version: lines leave the host (a 50 MB index is 2 MB of them).
+        script = ("for f in \"$@\"; do printf '@@%s\\n' \"$f\"; grep -E '^(Package|Version):' \"$f\" || "
+                  "[ $? -eq 1 ] || exit 2; done")
+        out = subprocess.run(["podman", "exec", container, "sh", "-c", script, "_", *files],
+                             capture_output=True, text=True, check=True).stdout
+        for chunk in out.split("@@")[1:]:
+            file, _, body = chunk.partition("\n")
+            lists[file] = parse_packages(body, names)
+    for row in indices:
+        if row["sha256"] != "missing":
+            offered = lists.get(row["file"], {})
+            row["offers"] = {name: sorted(offered.get(name, ())) for name in sorted(names)}
+    return {"image": image_id, "packages": changed, "indices": indices}
+
+
+def hosts_state(scenario: Scenario, images: dict[str, str | None]) -> dict[str, dict]:
+    """host_state of each of the scenario's hosts (images: image -> id, as in inputs()); nothing when an image has no
+    id (such inputs have no key and are never recorded)."""
+    if any(v is None for v in images.values()):
+        return {}
+    return {name: host_state(name, str(images[image])) for name, image in platform_hosts(scenario).items()}
+
+
+@dataclass(frozen=True)
+class Release:
+    """A repository's InRelease: SHA-256 per file it lists, and whether files can be fetched by their hash."""
+    base_uri: str
+    hashes: dict[str, str]
+    by_hash: bool = False
+
+
+def fetch_release(base_uri: str, timeout: float = 20) -> Release:
+    """Read a repository's InRelease (without verifying its signature: a comparison, not a trust)."""
     with urllib.request.urlopen(base_uri.rstrip("/") + "/InRelease", timeout=timeout) as resp:  # noqa: S310
         text = resp.read().decode("utf-8", errors="replace")
-    hashes, section = {}, None
+    hashes, section, by_hash = {}, None, False
     for line in text.splitlines():
         if line and not line.startswith(" "):
-            section = line.split(":", 1)[0]
+            section, _, value = line.partition(":")
+            by_hash = by_hash or (section == "Acquire-By-Hash" and value.strip().lower() == "yes")
             continue
         if section == "SHA256":
             parts = line.split()
             if len(parts) == 3:
                 hashes[parts[2]] = parts[0]
-    return hashes
+    if not hashes:
+        raise ValueError(f"{base_uri}InRelease lists no SHA256 files")
+    return Release(base_uri, hashes, by_hash)
 
 
-def stale_indices(recorded: dict[str, list[dict]], fetch=None) -> list[str]:
-    """Indices whose repository now lists another SHA-256 (or cannot say): empty when all are as recorded."""
-    fetch = fetch or release_hashes
-    stale, releases = [], {}
-    for host, rows in sorted(recorded.items()):
-        for row in rows:
+def fetch_index(release: Release, meta_key: str, names, timeout: float = 120) -> dict[str, set[str]]:
+    """The versions an index now offers for names: a compressed variant InRelease lists, fetched (by hash where the
+    repository offers that, so a repository updated meanwhile cannot mix old and new), its SHA-256 checked against
+    InRelease, decompressed, its SHA-256 checked again against the one InRelease lists for the index, parsed."""
+    listed = [(meta_key + ext, decompress) for ext, decompress in COMPRESSED if meta_key + ext in release.hashes]
+    if not listed:
+        raise ValueError(f"InRelease lists no {' or '.join(s for s, _ in COMPRESSED)} of {meta_key}")
+    path, decompress = listed[0]
+    want = release.hashes[path]
+    where = f"{path.rsplit('/', 1)[0]}/by-hash/SHA256/{want}" if release.by_hash and "/" in path else path
+    with urllib.request.urlopen(release.base_uri.rstrip("/") + "/" + where, timeout=timeout) as resp:  # noqa: S310
+        data = resp.read()
+    got = hashlib.sha256(data).hexdigest()
+    if got != want:
+        raise ValueError(f"{path} has SHA-256 {got[:12]}, InRelease lists {want[:12]}")
+    try:
+        raw = decompress(data)
+    except (lzma.LZMAError, OSError, EOFError) as exc:
+        raise ValueError(f"{path}: {exc}") from exc
+    if meta_key in release.hashes and hashlib.sha256(raw).hexdigest() != release.hashes[meta_key]:
+        raise ValueError(f"{path} decompressed is not the {meta_key} InRelease lists")
+    return parse_packages(raw.decode("utf-8", errors="replace"), set(names))
+
+
+def index_label(base_uri: str, meta_key: str) -> str:
+    """http://deb.debian.org/debian-security/dists/bookworm-security/ + main/binary-amd64/Packages ->
+    "bookworm-security main"; a flat repository keeps its address."""
+    match = re.search(r"/dists/([^/]+)/?$", base_uri)
+    if match and "/" in meta_key:
+        return f"{match.group(1)} {meta_key.split('/', 1)[0]}"
+    return base_uri.rstrip("/") + "/" + meta_key
+
+
+def _versions(versions) -> str:
+    return ", ".join(sorted(versions)) or "none"
+
+
+def stale_indices(hosts: dict[str, dict], release=None, index=None) -> list[str]:
+    """Why the recorded hosts' packages could resolve differently now (empty when they cannot): for each index a host
+    resolved against whose InRelease lists another SHA-256, any version added or removed there for a package the
+    run changed; or an index that cannot be fetched, verified or parsed."""
+    release = release or fetch_release
+    index = index or fetch_index
+    stale: list[str] = []
+    releases: dict[str, Release | Exception] = {}
+    indices: dict[tuple[str, str, str], dict[str, set[str]] | Exception] = {}
+    for host, state in sorted(hosts.items()):
+        if not isinstance(state, dict) or "packages" not in state or "indices" not in state:
+            stale.append(f"{host}: no package data recorded")
+            continue
+        for row in state["indices"]:
             if row["sha256"] == "missing":
                 # Configured but never downloaded in the green run: an index apt did not use then.
                 continue
             if row["base_uri"].startswith("file:"):
                 # A repository on the host itself, built by the scenario from files the key already holds.
                 continue
-            base = row["base_uri"]
+            base, meta = row["base_uri"], row["meta_key"]
+            label = index_label(base, meta)
             if base not in releases:
                 try:
-                    releases[base] = fetch(base)
-                except (OSError, ValueError) as exc:
-                    releases[base] = {"__error__": str(exc)}
-            now = releases[base].get(row["meta_key"])
-            if now != row["sha256"]:
-                error = releases[base].get("__error__")
-                stale.append(f"{host}: {base} {row['meta_key']} ({'unreachable: ' + error if error else 'changed'})")
+                    releases[base] = release(base)
+                except FETCH_ERRORS as exc:
+                    releases[base] = exc
+            rel = releases[base]
+            if isinstance(rel, Exception):
+                stale.append(f"{host}: {label}: InRelease unreachable: {rel}")
+                continue
+            now = rel.hashes.get(meta)
+            if now == row["sha256"]:
+                continue
+            if now is None:
+                stale.append(f"{host}: {label}: no longer listed in InRelease")
+                continue
+            if not isinstance(row.get("offers"), dict):
+                stale.append(f"{host}: {label}: changed, and no versions recorded")
+                continue
+            recorded = row["offers"]
+            cache_key = (base, meta, now)
+            # Every name any host needs from this index, so one download serves all hosts.
+            if cache_key not in indices:
+                wanted = {n for st in hosts.values() if isinstance(st, dict)
+                          for r in st.get("indices", []) if (r["base_uri"], r["meta_key"]) == (base, meta)
+                          for n in r.get("offers") or {}}
+                try:
+                    indices[cache_key] = index(rel, meta, wanted)
+                except FETCH_ERRORS as exc:
+                    indices[cache_key] = exc
+            offered = indices[cache_key]
+            if isinstance(offered, Exception):
+                stale.append(f"{host}: {label}: changed and cannot be read: {offered}")
+                continue
+            for name, versions in sorted(recorded.items()):
+                current = offered.get(name, set())
+                if set(versions) != current:
+                    stale.append(f"{host}: {label}: {name} versions changed ({_versions(versions)} -> "
+                                 f"{_versions(current)})")
     return stale
 
 
@@ -388,21 +601,24 @@ def find_reusable(scenario: Scenario, data: dict) -> tuple[dict | None, str]:
     record = json.loads(path.read_text(encoding="utf-8"))
     if record.get("inputs") != data:
         return None, "record does not match its key"
-    stale = stale_indices(record.get("indices", {}))
+    if not isinstance(record.get("hosts"), dict):
+        return None, "record has no package data (an older format)"
+    stale = stale_indices(record["hosts"])
     if stale:
         return None, "package indices changed: " + "; ".join(stale[:4])
     return record, "unchanged"
 
 
-def write_record(scenario: Scenario, data: dict, indices: dict[str, list[dict]], seconds: float,
+def write_record(scenario: Scenario, data: dict, hosts: dict[str, dict], seconds: float,
                  stages: dict[str, float]) -> Path | None:
+    """Record a green run; hosts: host name -> host_state() of it, read before the hosts were destroyed."""
     key = key_of(data)
     if key is None:
         return None
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=scenario.repo, capture_output=True,
                             text=True, check=False).stdout.strip()
     record = {
-        "scenario": scenario.id, "key": key, "inputs": data, "indices": indices, "seconds": round(seconds, 1),
+        "scenario": scenario.id, "key": key, "inputs": data, "hosts": hosts, "seconds": round(seconds, 1),
         "stages": stages, "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "commit": commit,
     }
     path = record_path(scenario, key)

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from scenario_reuse import Scenario, cache_root, find_reusable, host_indices, inputs, outdated_images, write_record
+from scenario_reuse import Scenario, cache_root, find_reusable, hosts_state, inputs, outdated_images, write_record
 
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
@@ -110,11 +110,11 @@ def test_molecule_scenario(scenario: Scenario, record_property):
     log_path = logs / f"{scenario.slug}-{time.strftime('%Y%m%dT%H%M%S')}.log"
     molecule = str(BIN / "molecule")
     started = time.monotonic()
-    indices: dict[str, list[dict]] = {}
+    hosts: dict[str, dict] = {}
     rc, stages, tail = 1, {}, ""
     with log_path.open("w", encoding="utf-8") as log:
         log.write(f"# runs because: {why}\n")
-        # `--destroy never` keeps the hosts for reading their package indices; the scenario's own first destroy is
+        # `--destroy never` keeps the hosts for reading their packages and indices; the scenario's own first destroy is
         # then skipped, so leftovers of an interrupted run are removed first, and the last destroy runs below.
         if leftovers(scenario):
             run_logged([molecule, "destroy", "-s", scenario.name], scenario.cwd, env, log, 300)
@@ -124,7 +124,7 @@ def test_molecule_scenario(scenario: Scenario, record_property):
                                           scenario.cwd, env, log, 45 * 60)
             stages["destroy"] = round(stages.get("destroy", 0.0) + first_destroy, 1)
             if rc == 0:
-                indices = {name: host_indices(name) for name in platform_names(scenario)}
+                hosts = hosts_state(scenario, data["images"])
         finally:
             destroy_started = time.monotonic()
             run_logged([molecule, "destroy", "-s", scenario.name], scenario.cwd, env, log, 300)
@@ -135,4 +135,4 @@ def test_molecule_scenario(scenario: Scenario, record_property):
     record_property("molecule", json.dumps({"id": scenario.id, "reused": None, "seconds": round(seconds, 1),
                                             "stages": stages, "why": why}))
     assert rc == 0, f"log: {log_path}\n{tail[-8000:]}"
-    write_record(scenario, data, indices, seconds, stages)
+    write_record(scenario, data, hosts, seconds, stages)

@@ -3,7 +3,14 @@ change must change it, and the record must only be found for the same inputs and
 
 from __future__ import annotations
 
+import gzip
+import hashlib
+import http.server
+import json
+import lzma
+import shutil
 import subprocess
+import threading
 from pathlib import Path
 
 import pytest
@@ -113,34 +120,245 @@ def test_a_missing_image_has_no_key(repo):
     assert key(repo, images={"localhost/kube-accel/debian12-python:1": None}) is None
 
 
-INDEX = {"meta_key": "non-free/binary-amd64/Packages", "base_uri": "http://deb.example/debian/dists/bookworm/",
-         "sha256": "11" * 32}
+# Package data a green run records (reuse.host_state) and the check before a reuse (reuse.stale_indices).
+HEADERS = "linux-headers-6.1.0-50-amd64"
+BASE_PACKAGES = (f"Package: {HEADERS}\nSource: linux\nVersion: 6.1.158-1\nArchitecture: amd64\n"
+                 "Description: Header files\n Package: not-a-field (a continuation line)\n Version: 0\n\n"
+                 "Package: curl\nVersion: 7.88.1-10+deb12u14\nArchitecture: amd64\n\n"
+                 "Package: gcc-12\nVersion: 12.2.0-14+deb12u1\nArchitecture: amd64\n\n")
 
 
-def test_indices_as_recorded_are_not_stale():
-    assert reuse.stale_indices({"h": [INDEX]}, fetch=lambda base: {INDEX["meta_key"]: INDEX["sha256"]}) == []
+def test_parse_packages_reads_every_stanza_of_a_name():
+    text = BASE_PACKAGES + f"Package: {HEADERS}\nVersion: 6.1.159-1\n\nPackage: gcc-12\nArchitecture: amd64\n"
+    assert reuse.parse_packages(text) == {HEADERS: {"6.1.158-1", "6.1.159-1"}, "curl": {"7.88.1-10+deb12u14"},
+                                          "gcc-12": {"12.2.0-14+deb12u1"}}
+    assert reuse.parse_packages(text, {HEADERS, "absent"}) == {HEADERS: {"6.1.158-1", "6.1.159-1"}}
+    # What host_state reads off a host: only the Package: and Version: lines, no blank lines between stanzas.
+    assert reuse.parse_packages("Package: a\nVersion: 1\nPackage: b\nVersion: 2\nPackage: a\nVersion: 3\n") == {
+        "a": {"1", "3"}, "b": {"2"}}
 
 
-def test_a_changed_package_index_is_stale():
-    stale = reuse.stale_indices({"h": [INDEX]}, fetch=lambda base: {INDEX["meta_key"]: "22" * 32})
-    assert stale and "changed" in stale[0]
+def test_changed_packages_are_the_host_against_its_image():
+    image = reuse.parse_installed("bash:amd64\t5.2.15-2+b7\tinstalled\nless:amd64\t590-2\tinstalled\n"
+                                  "tzdata:all\t2024a-0+deb12u1\tinstalled\nold:amd64\t1\tconfig-files\n"
+                                  "libc6:i386\t2.36-9\tinstalled\n")
+    assert "old:amd64" not in image
+    host = reuse.parse_installed("bash:amd64\t5.2.15-2+b7\tinstalled\nless:amd64\t590-2.1~deb12u2\tinstalled\n"
+                                 "gcc-12:amd64\t12.2.0-14\tinstalled\nold:amd64\t1\tconfig-files\n"
+                                 "dkms:all\t3.0.10-8\thalf-configured\nlibc6:i386\t2.36-9\tinstalled\n"
+                                 "gone:amd64\t2\tnot-installed\n")
+    changed = reuse.changed_packages(image, host)
+    # Added (in any state but removed), upgraded, removed (None); the unchanged and the config-files ones are not.
+    assert changed == {"dkms:all": "3.0.10-8", "gcc-12:amd64": "12.2.0-14", "less:amd64": "590-2.1~deb12u2",
+                       "tzdata:all": None}
+    assert reuse.package_names({**changed, "gcc-12:i386": "12.2.0-14"}) == ["dkms", "gcc-12", "less", "tzdata"]
 
 
-def test_an_unreachable_repository_is_stale():
-    def fail(base):
-        raise OSError("no route")
-    assert "unreachable" in reuse.stale_indices({"h": [INDEX]}, fetch=fail)[0]
+def test_host_state_records_changed_packages_and_what_each_index_offers_for_them(tmp_path, monkeypatch):
+    """host_state's podman calls, answered as a Debian host and its image would: the image is read once per id."""
+    monkeypatch.setenv("KA_CACHE", str(tmp_path / "cache"))
+    lists = "/var/lib/apt/lists/deb.debian.org_debian"
+    image_runs = []
+
+    def run(argv, **kwargs):
+        script = " ".join(argv)
+        if argv[:2] == ["podman", "run"]:
+            image_runs.append(argv)
+            out = "bash:amd64\t5.2\tinstalled\nless:amd64\t590-2\tinstalled\n"
+        elif "indextargets" in script:
+            out = (f"main/binary-amd64/Packages\thttp://deb.debian.org/debian/dists/bookworm/\t9f\t{lists}_main\n"
+                   "main/binary-amd64/Packages\thttp://deb.debian.org/debian-security/dists/bookworm-security/\t"
+                   f"missing\t{lists}-security_main\n"
+                   f"non-free/binary-amd64/Packages\thttp://deb.debian.org/debian/dists/bookworm/\t8e\t{lists}_nf\n")
+        elif "grep" in script:
+            assert argv[-2:] == [f"{lists}_main", f"{lists}_nf"]  # the downloaded ones only
+            out = (f"@@{lists}_main\nPackage: less\nVersion: 590-2.1~deb12u2\nPackage: gcc-12\nVersion: 12.2.0-14\n"
+                   "Package: less\nVersion: 590-2\nPackage: curl\nVersion: 7.88\n"
+                   f"@@{lists}_nf\n")
+        elif "dpkg-query" in script:
+            out = "bash:amd64\t5.2\tinstalled\nless:amd64\t590-2.1~deb12u2\tinstalled\ngcc-12:amd64\t12.2.0-14\t" \
+                  "installed\n"
+        else:
+            raise AssertionError(argv)
+        return subprocess.CompletedProcess(argv, 0, out, "")
+
+    monkeypatch.setattr(reuse.subprocess, "run", run)
+    state = reuse.host_state("h1", "sha256:aaaa")
+    assert state["packages"] == {"gcc-12:amd64": "12.2.0-14", "less:amd64": "590-2.1~deb12u2"}
+    main, security, non_free = state["indices"]
+    assert main["offers"] == {"gcc-12": ["12.2.0-14"], "less": ["590-2", "590-2.1~deb12u2"]}
+    assert non_free["offers"] == {"gcc-12": [], "less": []}  # a version appearing there later is a change
+    assert security["sha256"] == "missing" and "offers" not in security
+    assert reuse.host_state("h2", "sha256:aaaa")["packages"] == state["packages"]
+    assert len(image_runs) == 1 and image_runs[0][-4] == "sha256:aaaa"
 
 
-def test_an_index_apt_never_downloaded_is_not_checked():
-    assert reuse.stale_indices({"h": [{**INDEX, "sha256": "missing"}]}, fetch=lambda base: {}) == []
+def _sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
 
 
-def test_a_repository_on_the_host_is_not_fetched():
-    def fail(base):
-        raise OSError(f"{base} is on the host, not here")
-    local = {**INDEX, "meta_key": "Packages", "base_uri": "file:/srv/ka-pkgdb/./"}
-    assert reuse.stale_indices({"h": [local]}, fetch=fail) == []
+class FakeRepository:
+    """A Debian repository served by http.server: dists/bookworm-security/{InRelease, main/binary-amd64/Packages.xz}."""
+
+    META = "main/binary-amd64/Packages"
+
+    def __init__(self, root: Path):
+        self.root = root
+        self.requests: list[str] = []
+        repo = self
+
+        class Handler(http.server.SimpleHTTPRequestHandler):
+            def __init__(self, *args, **kwargs):
+                super().__init__(*args, directory=str(root), **kwargs)
+
+            def log_message(self, *args):
+                repo.requests.append(self.path)
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        # A short poll: shutdown() waits for the next one.
+        self.thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
+        self.thread.start()
+        self.base = f"http://127.0.0.1:{self.server.server_port}/debian-security/dists/bookworm-security/"
+
+    def publish(self, packages: str, *, listed_sha: str | None = None, by_hash: bool = False,
+                compress=lzma.compress, suffix: str = ".xz") -> str:
+        """Write the index and an InRelease listing it (listed_sha: the SHA-256 InRelease gives the compressed file);
+        the SHA-256 of the uncompressed index, as a host records it."""
+        dists = self.root / "debian-security/dists/bookworm-security"
+        if dists.exists():
+            shutil.rmtree(dists)
+        raw = packages.encode()
+        packed = compress(raw)
+        directory = dists / "main/binary-amd64"
+        directory.mkdir(parents=True)
+        if by_hash:
+            (directory / "by-hash/SHA256").mkdir(parents=True)
+            (directory / "by-hash/SHA256" / _sha(packed)).write_bytes(packed)
+        else:
+            (directory / f"Packages{suffix}").write_bytes(packed)
+        (dists / "InRelease").write_text(
+            "-----BEGIN PGP SIGNED MESSAGE-----\nHash: SHA512\n\nOrigin: Debian\nSuite: stable-security\n"
+            f"Acquire-By-Hash: {'yes' if by_hash else 'no'}\nSHA256:\n"
+            f" {_sha(b'contrib')} 7 contrib/binary-amd64/Packages\n"
+            f" {_sha(raw)} {len(raw)} {self.META}\n"
+            f" {listed_sha or _sha(packed)} {len(packed)} {self.META}{suffix}\n"
+            "-----BEGIN PGP SIGNATURE-----\n\nnot checked\n-----END PGP SIGNATURE-----\n", encoding="utf-8")
+        return _sha(raw)
+
+    def hosts(self, sha256: str, offers: dict[str, list[str]] | None = None) -> dict[str, dict]:
+        """What host_state records for one host that installed HEADERS from this repository's index."""
+        offers = {HEADERS: ["6.1.158-1"]} if offers is None else offers
+        return {"ka-nvidia-dkms": {"image": "sha256:aaaa", "packages": {f"{HEADERS}:amd64": "6.1.158-1"}, "indices": [
+            {"base_uri": self.base, "meta_key": self.META, "sha256": sha256, "file": "/var/lib/apt/lists/x",
+             "offers": offers}]}}
+
+    def close(self):
+        if self.thread.is_alive():
+            self.server.shutdown()
+            self.server.server_close()
+
+
+@pytest.fixture
+def debian(tmp_path):
+    repository = FakeRepository(tmp_path / "mirror")
+    yield repository
+    repository.close()
+
+
+def test_an_unchanged_index_is_not_downloaded(debian):
+    recorded = debian.publish(BASE_PACKAGES)
+    assert reuse.stale_indices(debian.hosts(recorded)) == []
+    assert all(path.endswith("/InRelease") for path in debian.requests)
+
+
+@pytest.mark.parametrize("by_hash", [False, True], ids=["by-path", "by-hash"])
+def test_a_changed_index_with_only_unrelated_packages_changed_is_reused(debian, by_hash):
+    recorded = debian.publish(BASE_PACKAGES)
+    debian.publish(BASE_PACKAGES.replace("7.88.1-10+deb12u14", "7.88.1-10+deb12u15")
+                   + "Package: new-package\nVersion: 1\n\n", by_hash=by_hash)
+    assert reuse.stale_indices(debian.hosts(recorded)) == []
+    fetched = [p for p in debian.requests if not p.endswith("/InRelease")]
+    assert len(fetched) == 1 and ("/by-hash/SHA256/" in fetched[0]) == by_hash
+
+
+def test_a_gzip_index_is_read_when_no_xz_is_listed(debian):
+    recorded = debian.publish(BASE_PACKAGES)
+    debian.publish(BASE_PACKAGES + "Package: other\nVersion: 1\n", compress=gzip.compress, suffix=".gz")
+    assert reuse.stale_indices(debian.hosts(recorded)) == []
+
+
+@pytest.mark.parametrize("change", ["added", "replaced", "removed", "appeared"])
+def test_a_changed_version_of_an_installed_package_is_not_reused(debian, change):
+    recorded = debian.publish(BASE_PACKAGES)
+    offers = None
+    if change == "added":  # a second version beside the installed one
+        new = BASE_PACKAGES + f"Package: {HEADERS}\nVersion: 6.1.159-1\n\n"
+    elif change == "replaced":
+        new = BASE_PACKAGES.replace("6.1.158-1", "6.1.159-1")
+    elif change == "removed":
+        new = BASE_PACKAGES.replace(f"Package: {HEADERS}", "Package: linux-headers-6.1.0-51-amd64")
+    else:  # the index offered none then (the host took it from another index) and offers one now
+        offers, new = {HEADERS: []}, BASE_PACKAGES
+        recorded = debian.publish(BASE_PACKAGES.replace(f"Package: {HEADERS}", "Package: other"))
+    debian.publish(new)
+    stale = reuse.stale_indices(debian.hosts(recorded, offers))
+    assert len(stale) == 1
+    assert stale[0].startswith(f"ka-nvidia-dkms: bookworm-security main: {HEADERS} versions changed (")
+
+
+def test_a_download_that_does_not_match_inrelease_is_not_reused(debian):
+    recorded = debian.publish(BASE_PACKAGES)
+    debian.publish(BASE_PACKAGES + "Package: other\nVersion: 1\n", listed_sha="ab" * 32)
+    stale = reuse.stale_indices(debian.hosts(recorded))
+    assert len(stale) == 1 and "cannot be read" in stale[0] and "SHA-256" in stale[0]
+
+
+def test_a_decompressed_index_that_does_not_match_inrelease_is_not_reused(debian, monkeypatch):
+    recorded = debian.publish(BASE_PACKAGES)
+    debian.publish(BASE_PACKAGES + "Package: other\nVersion: 1\n")
+    inrelease = debian.root / "debian-security/dists/bookworm-security/InRelease"
+    text = inrelease.read_text(encoding="utf-8").splitlines()
+    text = [f" {'cd' * 32} 1 {FakeRepository.META}" if line.endswith(f" {FakeRepository.META}") else line
+            for line in text]
+    inrelease.write_text("\n".join(text) + "\n", encoding="utf-8")
+    stale = reuse.stale_indices(debian.hosts(recorded))
+    assert len(stale) == 1 and "decompressed" in stale[0]
+
+
+def test_a_changed_index_that_cannot_be_fetched_is_not_reused(debian):
+    recorded = debian.publish(BASE_PACKAGES)
+    debian.publish(BASE_PACKAGES + "Package: other\nVersion: 1\n")
+    (debian.root / "debian-security/dists/bookworm-security/main/binary-amd64/Packages.xz").unlink()
+    stale = reuse.stale_indices(debian.hosts(recorded))
+    assert len(stale) == 1 and "cannot be read" in stale[0] and "404" in stale[0]
+
+
+def test_an_unreachable_repository_is_not_reused(debian):
+    recorded = debian.publish(BASE_PACKAGES)
+    hosts = debian.hosts(recorded)
+    debian.close()
+    stale = reuse.stale_indices(hosts)
+    assert len(stale) == 1 and "InRelease unreachable" in stale[0]
+
+
+def test_a_changed_index_without_recorded_versions_is_not_reused(debian):
+    recorded = debian.publish(BASE_PACKAGES)
+    hosts = debian.hosts(recorded)
+    del hosts["ka-nvidia-dkms"]["indices"][0]["offers"]
+    assert reuse.stale_indices(hosts) == []  # unchanged: nothing to compare
+    debian.publish(BASE_PACKAGES + "Package: other\nVersion: 1\n")
+    assert "no versions recorded" in reuse.stale_indices(hosts)[0]
+    assert reuse.stale_indices({"h": []}) == ["h: no package data recorded"]
+
+
+def test_an_index_apt_never_downloaded_and_a_repository_on_the_host_are_not_fetched():
+    def fail(*args):
+        raise AssertionError("fetched")
+    rows = [{"meta_key": "main/binary-amd64/Packages", "base_uri": "http://deb.example/debian/dists/bookworm/",
+             "sha256": "missing", "file": "/x"},
+            {"meta_key": "Packages", "base_uri": "file:/srv/ka-pkgdb/./", "sha256": "11" * 32, "file": "/y",
+             "offers": {}}]
+    assert reuse.stale_indices({"h": {"packages": {}, "indices": rows}}, release=fail, index=fail) == []
 
 
 def test_record_is_found_only_for_the_same_inputs(repo, tmp_path, monkeypatch):
@@ -164,15 +382,38 @@ def test_record_is_found_only_for_the_same_inputs(repo, tmp_path, monkeypatch):
     assert record is None and "roles/r2/tasks/main.yml" in why
 
 
-def test_record_with_a_changed_index_is_not_reused(repo, tmp_path, monkeypatch):
+def test_a_record_is_reused_until_an_installed_package_changes_in_its_index(repo, tmp_path, monkeypatch, debian):
     monkeypatch.setenv("KA_CACHE", str(tmp_path / "cache"))
     monkeypatch.delenv("KA_MOLECULE_REUSE", raising=False)
-    monkeypatch.setattr(reuse, "release_hashes", lambda base, timeout=20: {INDEX["meta_key"]: "22" * 32})
     s = scenario(repo)
     data = reuse.inputs(s, images=IMAGES, tools=TOOLS, env={})
-    reuse.write_record(s, data, {"h": [INDEX]}, 12.0, {})
+    recorded = debian.publish(BASE_PACKAGES)
+    reuse.write_record(s, data, debian.hosts(recorded), 12.0, {})
+    debian.publish(BASE_PACKAGES.replace("gcc-12\nVersion: 12.2.0-14+deb12u1", "gcc-12\nVersion: 12.2.0-14+deb12u2"))
+    assert reuse.find_reusable(s, data)[1] == "unchanged"
+    debian.publish(BASE_PACKAGES.replace("6.1.158-1", "6.1.159-1"))
     record, why = reuse.find_reusable(s, data)
-    assert record is None and why.startswith("package indices changed")
+    assert record is None
+    assert why == (f"package indices changed: ka-nvidia-dkms: bookworm-security main: {HEADERS} versions changed "
+                   "(6.1.158-1 -> 6.1.159-1)")
+
+
+def test_a_record_of_the_older_format_is_never_reused(repo, tmp_path, monkeypatch):
+    """KEY_VERSION 1 records held whole-index hashes only: a new key, and a record without hosts is refused."""
+    monkeypatch.setenv("KA_CACHE", str(tmp_path / "cache"))
+    monkeypatch.delenv("KA_MOLECULE_REUSE", raising=False)
+    s = scenario(repo)
+    data = reuse.inputs(s, images=IMAGES, tools=TOOLS, env={})
+    assert data["key_version"] == reuse.KEY_VERSION >= 2
+    old = {**data, "key_version": 1}
+    reuse.write_record(s, old, {}, 12.0, {})
+    record, why = reuse.find_reusable(s, data)
+    assert record is None and "key_version" in why
+    path = reuse.write_record(s, data, {}, 12.0, {})
+    legacy = json.loads(path.read_text(encoding="utf-8"))
+    legacy["indices"] = legacy.pop("hosts")
+    path.write_text(json.dumps(legacy), encoding="utf-8")
+    assert reuse.find_reusable(s, data) == (None, "record has no package data (an older format)")
 
 
 def test_slugs_are_distinct_file_names(repo):

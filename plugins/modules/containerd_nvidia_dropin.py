@@ -17,12 +17,25 @@ description:
     registries, never the values) when that section holds registry credentials. Drop-ins are written 0600;
     credentials are masked in the diff and in every error.
   - Adds the drop-in glob to C(imports) of the main config, creating a minimal main config when there is none.
+  - With O(manage_imports=false) the main config belongs to another program that renders it at every start (k3s and
+    RKE2 write C(/var/lib/rancher/<k3s or rke2>/agent/etc/containerd/config.toml) from their Go template, whose base
+    imports C(config-v3.toml.d/*.toml) beside it since k3s pull request 13680, 2026). The module then only reads it;
+    the main config must exist and one of its C(imports) must match the drop-in, else the module fails and writes
+    nothing. Where the drop-in would have to copy the CRI section (containerd 1.x) it refuses, since the copy would
+    freeze the distribution's generated settings.
   - The result is validated by C(containerd config dump) before anything is written, when containerd is installed.
 author: kube-accel contributors (@kube-accel)
 options:
   main_config: {type: path, default: /etc/containerd/config.toml, description: Main containerd config.}
   dropin: {type: path, default: /etc/containerd/conf.d/99-nvidia.toml, description: Drop-in file written.}
   imports_glob: {type: str, default: /etc/containerd/conf.d/*.toml, description: Pattern added to imports.}
+  manage_imports:
+    type: bool
+    default: true
+    description:
+      - Add O(imports_glob) to the main config's imports (and create a missing main config).
+      - false where the Kubernetes distribution renders the main config (k3s, RKE2) - it is read, never written, and
+        must already import the drop-in.
   runtime_name: {type: str, default: nvidia, description: Runtime handler name.}
   binary_name: {type: path, default: /usr/bin/nvidia-container-runtime, description: OCI runtime binary.}
   set_as_default: {type: bool, default: false, description: Make the runtime containerd's default.}
@@ -44,6 +57,13 @@ EXAMPLES = r"""
 - name: NVIDIA runtime for containerd
   kube_accel.gpu.containerd_nvidia_dropin:
     set_as_default: true
+
+- name: NVIDIA runtime for k3s's containerd (its drop-in directory; config.toml is k3s's)
+  kube_accel.gpu.containerd_nvidia_dropin:
+    main_config: /var/lib/rancher/k3s/agent/etc/containerd/config.toml
+    dropin: /var/lib/rancher/k3s/agent/etc/containerd/config-v3.toml.d/99-nvidia.toml
+    manage_imports: false
+    containerd_binary: /var/lib/rancher/k3s/data/current/bin/containerd
 """
 
 RETURN = r"""
@@ -54,8 +74,10 @@ validated: {type: bool, returned: always, description: Whether containerd itself
 import copy
 import json
 import os
+import posixpath
 import re
 import tempfile
+from pathlib import PurePosixPath
 
 from ansible.module_utils.basic import AnsibleModule
 
@@ -147,6 +169,38 @@ def with_imports(text, version, glob):
     if version_line.search(text):
         return version_line.sub(lambda m: m.group(0) + "\n" + new, text, count=1)
     return new + "\n" + text
+
+
+def imported(main_doc, main_path, dropin):
+    """The import pattern of main_doc that brings in the drop-in file, or None. containerd resolves a relative pattern
+    against the main config's directory and expands it with Go's filepath.Glob, whose * stops at a slash: so does
+    PurePosixPath.match on a whole absolute pattern."""
+    for pattern in main_doc.get("imports", []) or []:
+        if not isinstance(pattern, str):
+            continue
+        full = pattern if posixpath.isabs(pattern) else posixpath.join(posixpath.dirname(main_path), pattern)
+        if PurePosixPath(posixpath.normpath(dropin)).match(posixpath.normpath(full)):
+            return pattern
+    return None
+
+
+def check_rendered_main(main_text, main_doc, p, full_copy):
+    """With manage_imports false: the main config another program renders must exist and import the drop-in."""
+    if main_text is None:
+        raise ValueError(f"{p['main_config']} does not exist: the Kubernetes distribution writes it from its template "
+                         "when its service starts (start k3s or RKE2 once, or set the path where it writes it); "
+                         "nothing written")
+    if imported(main_doc, p["main_config"], p["dropin"]) is None:
+        raise ValueError(f"{p['main_config']} imports {main_doc.get('imports', [])!r}, nothing that matches "
+                         f"{p['dropin']}: this release renders no drop-in directory (k3s and RKE2 import "
+                         "config-v3.toml.d/*.toml beside config.toml only in releases with k3s pull request 13680, "
+                         "2026, or config.toml.d/*.toml for a version 2 template), or an operator's template "
+                         "replaced the base template without its imports; upgrade, add the imports line to the "
+                         "template, or point the drop-in at the directory it imports; nothing written")
+    if full_copy:
+        raise ValueError(f"{p['main_config']} is read by containerd 1.x, which replaces whole plugin sections from "
+                         "imported files: the drop-in would have to freeze the distribution's generated CRI section; "
+                         "use a release with containerd 2.x; nothing written")
 
 
 def dump(module, binary, main_doc):
@@ -311,6 +365,7 @@ def main():
             main_config=dict(type="path", default="/etc/containerd/config.toml"),
             dropin=dict(type="path", default="/etc/containerd/conf.d/99-nvidia.toml"),
             imports_glob=dict(type="str", default="/etc/containerd/conf.d/*.toml"),
+            manage_imports=dict(type="bool", default=True),
             runtime_name=dict(type="str", default="nvidia"),
             binary_name=dict(type="path", default="/usr/bin/nvidia-container-runtime"),
             set_as_default=dict(type="bool", default=False),
@@ -326,7 +381,11 @@ def main():
         main_text = read(p["main_config"])
         main_doc = loads(main_text) if main_text else {}
         secrets, cred_hosts = credentials(main_doc)
+        if not p["manage_imports"]:
+            check_rendered_main(main_text, main_doc, p, False)
         read_version, version, source, full_copy, _unused = plan(module, p, main_doc)
+        if not p["manage_imports"]:
+            check_rendered_main(main_text, main_doc, p, full_copy)
         runc = copy.deepcopy(dig(source, runtime_path(read_version) + ("runc",)) or {})
         if full_copy:
             if cred_hosts:
@@ -351,14 +410,20 @@ def main():
         runtimes[p["runtime_name"]] = rt
         if p["set_as_default"]:
             ctrd["default_runtime_name"] = p["runtime_name"]
-        if full_copy:
+        if not p["manage_imports"]:
+            header = ("# Managed by kube-accel (container_toolkit). Imported by " + p["main_config"] + ",\n"
+                      "# which the Kubernetes distribution renders; containerd 2.x merges it key by key.\n")
+        elif full_copy:
             header = ("# Managed by kube-accel (container_toolkit). containerd 1.x replaces whole plugin sections\n"
                       "# from imported files: this holds the main config's CRI section plus the NVIDIA runtime.\n")
         else:
             header = ("# Managed by kube-accel (container_toolkit). containerd 2.x merges imported plugin\n"
                       "# sections key by key: only the NVIDIA runtime is here.\n")
         dropin_text = header + dumps({"version": version, "plugins": {CRI[version]: cri}}) + "\n"
-        new_main = with_imports(main_text, file_version(main_doc) or version, p["imports_glob"])
+        if p["manage_imports"]:
+            new_main = with_imports(main_text, file_version(main_doc) or version, p["imports_glob"])
+        else:
+            new_main = main_text  # the distribution's file: read, never written
         old_dropin = read(p["dropin"])
         validated = validate(module, p["containerd_binary"], version, main_doc, dropin_text, p["runtime_name"])
     except Exception as e:  # noqa: BLE001 -- never a traceback; credentials scrubbed from the message
@@ -370,9 +435,10 @@ def main():
     diff = [
         dict(before_header=p["dropin"], after_header=p["dropin"], before=scrub(old_dropin or "", secrets),
              after=dropin_text),
-        dict(before_header=p["main_config"], after_header=p["main_config"], before=scrub(main_text or "", secrets),
-             after=scrub(new_main, secrets)),
     ]
+    if p["manage_imports"]:
+        diff.append(dict(before_header=p["main_config"], after_header=p["main_config"],
+                         before=scrub(main_text or "", secrets), after=scrub(new_main, secrets)))
     if changed and not module.check_mode:
         if old_dropin != dropin_text or mode_wrong:
             write(module, p["dropin"], dropin_text, 0o600)

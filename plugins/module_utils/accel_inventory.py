@@ -67,6 +67,12 @@ VARIABLES: dict[str, dict] = {
                                      "Kubernetes minor version of the cluster (e.g. \"1.36\"); pGPU NUMA "
                                      "alignment needs 1.30 or newer (kubelet --config-dir).",
                                      grammar="kubernetes_version"),
+    "accel_kubernetes_distribution": _var("cluster", "str", "Who runs containerd on the nodes: kubeadm (a "
+                                          "containerd service reading /etc/containerd, as kubeadm and kubespray "
+                                          "set up) or the k3s or RKE2 service (config rendered under "
+                                          "/var/lib/rancher/k3s or /var/lib/rancher/rke2): where container_toolkit "
+                                          "puts the nvidia runtime and which service it restarts.",
+                                          choices=["kubeadm", "k3s", "rke2"], default="kubeadm"),
     "accel_namespace": _var("cluster", "str", "Namespace for kube-accel's charts.", default="kube-accel",
                             grammar="namespace"),
     "accel_run_lock_wait": _var("cluster", "int", "Seconds a run waits for another run's lock (Lease "

@@ -59,7 +59,7 @@ PROXY_BINS=(
   "github.com/NVIDIA/nvidia-container-toolkit/cmd/nvidia-container-runtime@$NVIDIA_CTK_VERSION=nvidia-container-runtime-${NVIDIA_CTK_VERSION#v}"
   "sigs.k8s.io/cri-tools/cmd/crictl@$CRICTL_VERSION=crictl-${CRICTL_VERSION#v}"
   "github.com/prometheus/prometheus/cmd/promtool@$PROMETHEUS_VERSION=promtool-${PROMETHEUS_VERSION#v}"
-  # The lab's monitoring chain (scripts/lab_monitoring.py): Prometheus without the cloud service discoveries (its
+  # The lab's monitoring chain (scripts/kalab/monitoring.py): Prometheus without the cloud service discoveries (its
   # README's remove_all_sd tag; static and file SD stay), prometheus-adapter serving custom.metrics.k8s.io.
   "github.com/prometheus/prometheus/cmd/prometheus@$PROMETHEUS_VERSION=prometheus-${PROMETHEUS_VERSION#v}=remove_all_sd"
   "sigs.k8s.io/prometheus-adapter/cmd/adapter@$PROMETHEUS_ADAPTER_VERSION=prometheus-adapter-${PROMETHEUS_ADAPTER_VERSION#v}"

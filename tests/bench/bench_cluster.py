@@ -37,13 +37,15 @@ from datetime import datetime
 from pathlib import Path
 from typing import NamedTuple
 
-import lab as labpy  # noqa: E402  (scripts/lab.py: fake nodes and module_utils imports)
 import yaml
 from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_constants, accel_gpu_facts, accel_pools  # noqa: E402
 from benchlib import BIN, REPO, Row, ansible_env, log, ratio_line, run_playbook, stopwatch, write_rows  # noqa: E402
+from kalab.cluster import audit_log, cluster_running  # scripts/kalab: the lab's cluster, nodes and paths
+from kalab.nodes import node_api, node_manifest
+from kalab.site import NVML_DATA, Site
 
 BENCH_LAB = ["--dir", str(REPO / ".lab" / "bench"), "--name", "kube-accel-bench"]
-BENCH_SITE = labpy.Site(root=REPO / ".lab" / "bench", name="kube-accel-bench")
+BENCH_SITE = Site(root=REPO / ".lab" / "bench", name="kube-accel-bench")
 LAB_INVENTORY = REPO / "inventories" / "lab"
 NAMESPACE = "kube-accel"  # accel_namespace of inventories/lab
 POD_NAMESPACE = "kube-accel-bench-scheduling"
@@ -102,7 +104,7 @@ def write_inventory(directory: Path, size: int) -> Path:
     cluster["accel_kubeconfig"] = str(BENCH_SITE.kubeconfig)
     (directory / "group_vars" / "all.yml").write_text("---\n" + yaml.safe_dump(cluster, sort_keys=False))
     for group, settings in pool_groups().items():
-        snapshot = labpy.NVML_DATA / f"{settings['accel_lab_gpu']}.json"
+        snapshot = NVML_DATA / f"{settings['accel_lab_gpu']}.json"
         facts = accel_gpu_facts.gather(accel_gpu_facts.RecordedSource.from_file(str(snapshot)))
         with (directory / "group_vars" / f"{group}.yml").open("a") as fh:
             fh.write("# Facts as preflight's nvidia_gpu_facts reports them for this snapshot.\n")
@@ -142,7 +144,7 @@ def label_requests(since: int) -> tuple[Counter, int]:
     The module names itself in its User-Agent; other clients (kube-controller-manager's node controller sends a no-op
     patch per node every 25 s) are left out.
     """
-    path = labpy.audit_log(BENCH_SITE)
+    path = audit_log(BENCH_SITE)
     counts: Counter = Counter()
     with path.open("rb") as fh:
         fh.seek(since)
@@ -270,7 +272,7 @@ def pool_pod_specs(size: int) -> list[tuple[str, dict, int]]:
     for group, hosts in node_names(size).items():
         settings = accel_pools.pool_settings(pool_groups()[group])
         request = accel_pools.request_for(settings)
-        allocatable = labpy.node_manifest("capacity", pool_groups()[group], standins=False)["status"]["allocatable"]
+        allocatable = node_manifest("capacity", pool_groups()[group], standins=False)["status"]["allocatable"]
         per_node = min([int(allocatable["pods"]) - daemon_pods]
                        + [int(allocatable.get(r, 0)) // int(q) for r, q in request.items()])
         spec = {
@@ -374,7 +376,7 @@ def scheduling(size: int, count: int) -> list[Row]:
     favours neither; a case's row is the mean of its two runs."""
     from kubernetes import client  # noqa: PLC0415
 
-    api = labpy.node_api(BENCH_SITE)
+    api = node_api(BENCH_SITE)
     api.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=POD_NAMESPACE)))
     runs: dict[str, list[Scheduled]] = {"gpu-pods": [], "cpu-pods": []}
     try:
@@ -407,7 +409,7 @@ def main() -> None:
     sizes = sorted({int(s) for s in args.sizes.split(",")})
     # A stopped bench (timeout, kill) still removes its lab and inventories in the finally below.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit("[bench] terminated"))
-    if labpy.cluster_running(labpy.Site()):
+    if cluster_running(Site()):
         log("the normal lab (.lab) is running: it is left alone (and shares the CPU with the bench lab)")
     work = Path(tempfile.mkdtemp(prefix="ka-bench-cluster-"))
     cluster_rows: list[Row] = []

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 import upstream
-from lab import versions  # scripts/lab.py
+from kalab.site import versions
 
 REPO = Path(__file__).resolve().parents[2]
 MODULE = REPO / "plugins" / "modules" / "containerd_nvidia_dropin.py"

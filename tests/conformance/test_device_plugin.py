@@ -15,7 +15,6 @@ import json
 import re
 from pathlib import Path
 
-import lab_upstream
 import pytest
 import upstream
 import yaml
@@ -28,6 +27,7 @@ from ansible_collections.kube_accel.gpu.plugins.module_utils import (
     accel_pools,
 )
 from chartlib import REPO, containers, one, play_cluster, pod_spec, render, rules, values_files
+from kalab.standins import plugin_resources
 
 NODE = "conformance-node"
 NVML_ABSENT = "ERROR_LIBRARY_NOT_FOUND"
@@ -355,9 +355,9 @@ def test_mps_configs_advertise_what_kube_accel_promises(inventory, tmp_path):
         loaded = harness_config(configs[accel_pools.device_plugin_config(settings)], tmp_path)["config"]
         (resource,) = loaded["sharing"]["mps"]["resources"]
         assert resource["name"] == "nvidia.com/gpu" and resource["replicas"] > 1, resource
-        # The lab's device-plugin stand-in registers exactly this (scripts/lab_upstream.py plugin_resources).
+        # The lab's device-plugin stand-in registers exactly this (scripts/kalab/standins.py plugin_resources).
         promise = accel_pools.advertised_resources(settings, 2, 24576)
-        assert lab_upstream.plugin_resources(loaded, 2) == promise, (pool["pool"], loaded["sharing"])
+        assert plugin_resources(loaded, 2) == promise, (pool["pool"], loaded["sharing"])
 
 
 @pytest.mark.parametrize("inventory", ["lab", "example"])
@@ -376,9 +376,9 @@ def test_whole_gpu_configs_advertise_what_kube_accel_promises(inventory, tmp_pat
         loaded = harness_config(configs[accel_pools.device_plugin_config(settings)], tmp_path)["config"]
         if accel_pools.mig_enabled(settings):
             assert loaded["flags"]["migStrategy"] in ("single", "mixed"), loaded["flags"]
-            assert lab_upstream.plugin_resources(loaded, 4) is None
+            assert plugin_resources(loaded, 4) is None
         else:
-            assert lab_upstream.plugin_resources(loaded, 4) == accel_pools.advertised_resources(settings, 4, 81920)
+            assert plugin_resources(loaded, 4) == accel_pools.advertised_resources(settings, 4, 81920)
 
 
 @pytest.mark.parametrize("inventory", ["lab", "example"])
@@ -408,7 +408,7 @@ def test_timeslice_configs_advertise_what_kube_accel_promises(inventory, tmp_pat
         (resource,) = sliced["resources"]
         assert resource["name"] == "nvidia.com/gpu" and resource["replicas"] > 1, resource
         promise = accel_pools.advertised_resources(settings, 3, 15360)
-        assert lab_upstream.plugin_resources(loaded, 3) == promise, (pool["pool"], sliced)
+        assert plugin_resources(loaded, 3) == promise, (pool["pool"], sliced)
         assert sliced.get("failRequestsGreaterThanOne", False) == \
             accel_pools.time_slicing(settings)["failRequestsGreaterThanOne"]
     # helm test asks for a resource the release's default config advertises.

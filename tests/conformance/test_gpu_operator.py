@@ -518,13 +518,14 @@ def test_runtime_class_matches_the_toolkit_role():
 
 
 
-# --- the controller as a lab process (scripts/lab_upstream.py) -------------------------------------------------------
+# --- the controller as a lab process (scripts/kalab/upstream.py) -----------------------------------------------------
 
 def test_lab_controller_that_cannot_start_stops_lab_up_with_its_own_log_lines(tmp_path):
     """Issue 15: a component that fails to start stops `lab.py up` with its own last log lines. The chart's
     gpu-operator container (rendered with the lab's values) run as the lab runs it, against an API server that does
     not answer: the controller's own error comes back, and no process is left."""
-    import lab_upstream  # scripts/lab_upstream.py  # noqa: PLC0415
+    from kalab.processes import running
+    from kalab.upstream import run_gpu_operator
 
     upstream.binary("gpu-operator")
     _, objs = rendered("inventory-lab")
@@ -538,8 +539,8 @@ def test_lab_controller_that_cannot_start_stops_lab_up_with_its_own_log_lines(tm
         "users": [{"name": "x", "user": {"token": "t"}}],
         "contexts": [{"name": "x", "context": {"cluster": "x", "user": "x"}}]}))
     with pytest.raises(SystemExit) as exc:
-        lab_upstream.run_gpu_operator(tmp_path, kubeconfig, container, src(), "gpu-operator")
+        run_gpu_operator(tmp_path, kubeconfig, container, src(), "gpu-operator")
     message = str(exc.value)
     assert "gpu-operator exited with 1" in message, message
     assert f"127.0.0.1:{port}" in message and "connection refused" in message, message
-    assert lab_upstream.running(tmp_path) == {}
+    assert running(tmp_path) == {}

@@ -23,7 +23,7 @@ import pytest
 import upstream
 import yaml
 from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_runtime_config import merge
-from lab import versions  # scripts/lab.py
+from kalab.site import versions
 
 REPO = Path(__file__).resolve().parents[2]
 ROLE = REPO / "roles" / "container_toolkit"

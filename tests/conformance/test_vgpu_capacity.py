@@ -135,8 +135,8 @@ def test_gpu_manager_advertises_what_kube_accel_promises(name):
         pytest.skip("MIG-enabled GPUs: kube-accel plans no vGPU pool there (preflight rule_mig_exclusive)")
     facts = accel_gpu_facts.gather(accel_gpu_facts.RecordedSource.from_file(str(NVML / f"{name}.json")))
     settings = accel_pools.pool_settings({"accel_pool": "v", "accel_mode": "vgpu", "accel_vgpu_backend": "gpu-manager"})
-    # The arguments the lab (scripts/lab.py node_manifest) and verify (filter accel_verify_pools) pass: the GPU count
-    # and the first GPU's memory from the nvidia_gpu_facts code.
+    # The arguments the lab (scripts/kalab/nodes.py node_manifest) and verify (filter accel_verify_pools) pass: the GPU
+    # count and the first GPU's memory from the nvidia_gpu_facts code.
     promise = accel_pools.advertised_resources(settings, facts["count"], int(facts["gpus"][0]["memory_total_mib"]))
     assert promise == _gpu_manager_capacity(snapshot)
 

@@ -27,20 +27,20 @@ NODE = "lab-config-manager-0"  # a node of its own: the pools' labels stay the c
 
 
 def lab_releases() -> list[dict]:
-    import lab_upstream  # scripts/lab_upstream.py
-    from lab import gpu_hosts, inventory  # scripts/lab.py
+    from kalab.site import gpu_hosts, inventory
+    from kalab.upstream import releases
 
-    return [r for r in lab_upstream.releases(gpu_hosts(inventory()), {"runtime_class": "nvidia"})
+    return [r for r in releases(gpu_hosts(inventory()), {"runtime_class": "nvidia"})
             if Path(r["chart"]).name in ("pgpu", "mps")]
 
 
 def rendered(release: dict, tmp_path: Path) -> list[dict]:
-    import lab_upstream  # noqa: PLC0415
-    from lab import versions  # noqa: PLC0415
+    from kalab.site import versions
+    from kalab.upstream import render
 
     work = tmp_path / release["name"]
     work.mkdir()
-    return lab_upstream.render(release, "kube-accel", versions()["K8S_VERSION"].lstrip("v"), work)
+    return render(release, "kube-accel", versions()["K8S_VERSION"].lstrip("v"), work)
 
 
 def config_managers(objs: list[dict]) -> list[tuple[str, dict]]:
@@ -59,12 +59,12 @@ def named_configs(objs: list[dict]) -> dict[str, str]:
 
 
 def env_of(c: dict, srcdir: Path, dst: Path, kubeconfig: Path) -> dict[str, str]:
-    import lab_upstream  # noqa: PLC0415
+    from kalab.standins import config_manager_env
 
     rendered = {e["name"]: e.get("value") for e in c["env"]}
     assert rendered["KUBECONFIG"] == "" and rendered["CONFIG_FILE_SRCDIR"] == "/available-configs"
     assert rendered["CONFIG_FILE_DST"] == "/config/config.yaml"
-    return lab_upstream.config_manager_env(c, NODE, kubeconfig, srcdir, dst)
+    return config_manager_env(c, NODE, kubeconfig, srcdir, dst)
 
 
 @pytest.fixture(scope="module")
@@ -97,11 +97,11 @@ class Sidecar:
         env = env_of(c, self.srcdir, self.dst, lab.kubeconfig)
         assert env["ONESHOT"] == "false" and env["SEND_SIGNAL"] == "true" and env["PROCESS_TO_SIGNAL"]
         upstream.binary("config-manager")  # built, or a failure that says how
-        import lab_upstream  # noqa: PLC0415
+        from kalab.standins import config_manager_argv
 
         self.log = tmp_path / "config-manager.log"
         with self.log.open("w") as out:
-            self.proc = subprocess.Popen(lab_upstream.config_manager_argv(env, self.hups),
+            self.proc = subprocess.Popen(config_manager_argv(env, self.hups),
                                          env={"PATH": os.environ["PATH"], **env}, stdout=out,
                                          stderr=subprocess.STDOUT, text=True, start_new_session=True)
 

@@ -3,7 +3,7 @@
 `lab.py up` runs gpu-admission (tkestack 47d56ae, built by scripts/upstream.sh) with the vgpu chart's command, and a
 second kube-scheduler of the lab's version with the KubeSchedulerConfiguration the chart renders for the lab's
 vgpu-gpu-manager release, whose extender entry (filterVerb predicates, managedResources vcuda-core/-memory) points
-at it (scripts/lab_upstream.py start_gpu_admission; only the urlPrefix moves from the chart's Service to 127.0.0.1).
+at it (scripts/kalab/upstream.py start_gpu_admission; only the urlPrefix moves from the chart's Service to 127.0.0.1).
 Evidence: gpu-admission's own choice on the pod (its predicate annotations, written by it per the API server's
 managedFields) and the scheduler that bound the pod. Stand-ins: the kwok node's vcuda capacity (what gpu-manager's
 device plugin would advertise for the recorded T4) and kwok running the pod.
@@ -47,9 +47,9 @@ def admission(lab):
     if not path.exists():
         pytest.fail(f"{path} missing: `scripts/lab.py up` runs gpu-admission for the lab inventory's gpu-manager pool")
     info = json.loads(path.read_text())
-    import lab_upstream  # scripts/lab_upstream.py
+    from kalab import processes
 
-    running = lab_upstream.running(lab.kubeconfig.parent)
+    running = processes.running(lab.kubeconfig.parent)
     assert {"gpu-admission", "gpu-manager-kube-scheduler"} <= set(running), running
     info["nodes"] = lab.nodes_by_pool["vgpu-vcuda"]
     # The chart's scheduler elects a leader with a Lease in the release namespace, which the cluster play creates.

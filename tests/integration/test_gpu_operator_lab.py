@@ -2,7 +2,7 @@
 
 `lab.py up` runs gpu-operator v26.7.0's controller (cmd/gpu-operator, built by scripts/upstream.sh from the pinned
 archive) on 127.0.0.1 against the lab's API server, with the chart's CRDs applied and the chart's own args and env
-(scripts/lab_upstream.py start_gpu_operator). The site run installs the GPU Operator chart with kube-accel's values
+(scripts/kalab/upstream.py start_gpu_operator). The site run installs the GPU Operator chart with kube-accel's values
 (roles/gpu_operator: from the archive's chart, NVIDIA's repository being unreachable here), so the ClusterPolicy
 that controller reconciles is exactly the one kube-accel builds. Evidence comes from that controller: the node labels
 it writes (the API server's managedFields name it as their writer), the DaemonSets it creates and owns, its log.
@@ -81,7 +81,7 @@ def intended() -> dict[str, dict]:
     """Node -> what kube-accel means the operator to run there, from the lab inventory's pools: the MIG manager on
     the pools whose MIG layout the operator owns, the DCGM exporter on every pool but VM passthrough."""
     from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_verify  # noqa: PLC0415
-    from lab import gpu_hosts, inventory  # scripts/lab.py
+    from kalab.site import gpu_hosts, inventory
 
     out = {}
     for pool in accel_pools.collect_pools(gpu_hosts(inventory())):
@@ -109,9 +109,9 @@ def operator(lab):
         pytest.fail(f"{info_path} missing: `scripts/lab.py up` runs the GPU Operator's controller when the lab "
                     "inventory enables the operator (accel_gpu_operator_enabled)")
     info = json.loads(info_path.read_text())
-    import lab_upstream  # scripts/lab_upstream.py
+    from kalab.processes import running
 
-    assert "gpu-operator" in lab_upstream.running(root), f"the lab's gpu-operator process is not running: {info}"
+    assert "gpu-operator" in running(root), f"the lab's gpu-operator process is not running: {info}"
     fake_node(lab, PLAIN_NODE, {})
     first, recap = site(lab)
     assert first.returncode == 0, first.stdout[-4000:] + first.stderr[-2000:]

@@ -1,7 +1,7 @@
 """HAMi's real scheduler extender and webhook in the lab (issue 15 b).
 
 `lab.py up` runs hami-scheduler (HAMi v2.10.0, the vgpu chart's command and device config) and a second
-kube-scheduler with the chart's KubeSchedulerConfiguration, on 127.0.0.1 (scripts/lab_upstream.py). The only lab
+kube-scheduler with the chart's KubeSchedulerConfiguration, on 127.0.0.1 (scripts/kalab/upstream.py). The only lab
 code involved is the stand-in for HAMi's device plugin (node registration, allocation completion). Here:
 the registration decodes with HAMi's own code; HAMi's metrics report the registered GPUs; pods asking for GPU
 memory and cores are filtered and bound by HAMi, which writes its device assignment on them; binpack and spread
@@ -78,7 +78,7 @@ def device_config(lab, info) -> str:
 
 def snapshot_gpus(host: str) -> list[dict]:
     from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_gpu_facts, accel_pools  # noqa: PLC0415
-    from lab import gpu_hosts, inventory  # scripts/lab.py
+    from kalab.site import gpu_hosts, inventory
 
     settings = accel_pools.pool_settings(gpu_hosts(inventory())[host])
     snap = REPO / "tests" / "data" / "nvml" / f"{settings['accel_lab_gpu']}.json"
@@ -282,13 +282,13 @@ def test_webhook_lockout_fail_policy_refuses_only_gpu_pods(lab, hami, tmp_path):
     where they run: elsewhere the tenant policy refuses the label that lets them skip the webhook); a pod asking for
     no GPU is admitted; a pod asking for a GPU (in a container or an init container) is refused. The copy is removed
     at the end and the lab's own webhook serves GPU pods again."""
-    import lab_upstream  # scripts/lab_upstream.py
-    from lab import versions  # scripts/lab.py
+    from kalab.site import versions
+    from kalab.upstream import render
 
     values = yaml.safe_load((REPO / ".lab" / "hami" / "values.yaml").read_text())  # what lab.py up rendered
     values.setdefault("hami", {}).setdefault("webhook", {})["failurePolicy"] = "Fail"
-    objs = lab_upstream.render({"name": hami["release"], "chart": "vgpu", "values": values}, hami["namespace"],
-                               versions()["K8S_VERSION"].lstrip("v"), tmp_path)
+    objs = render({"name": hami["release"], "chart": "vgpu", "values": values}, hami["namespace"],
+                  versions()["K8S_VERSION"].lstrip("v"), tmp_path)
     (hook,) = [o for o in objs if o["kind"] == "MutatingWebhookConfiguration"]
     assert {w["failurePolicy"] for w in hook["webhooks"]} == {"Fail"}
     ca = base64.b64encode((REPO / ".lab" / "hami" / "tls.crt").read_bytes()).decode()

@@ -18,7 +18,7 @@ def _api(lab):
 
 
 def test_server_reports_pinned_version(lab):
-    from lab import versions  # scripts/lab.py
+    from kalab.site import versions
 
     info = client.VersionApi(_api(lab)).get_code()
     assert info.git_version == versions()["K8S_VERSION"]

@@ -89,14 +89,14 @@ def pod(name: str, node: str, service_account: str = "default", namespace: str =
 @pytest.fixture(params=sorted(AGENTS))
 def agent(lab, request, tmp_path):
     """The chart's node agent RBAC for one backend under a test release, pods on two nodes, tokens; removed after."""
-    import lab_upstream  # scripts/lab_upstream.py
-    from lab import versions  # scripts/lab.py
+    from kalab.site import versions
+    from kalab.upstream import render
 
     backend = request.param
     release = f"kube-accel-vgpu-policytest-{backend}"
-    rendered = lab_upstream.render({"name": release, "chart": "vgpu",
-                                    "values": {"backend": backend, "pools": ["policy-test"]}},
-                                   NS, versions()["K8S_VERSION"].lstrip("v"), tmp_path)
+    rendered = render({"name": release, "chart": "vgpu",
+                       "values": {"backend": backend, "pools": ["policy-test"]}},
+                      NS, versions()["K8S_VERSION"].lstrip("v"), tmp_path)
     sa = f"{release}-{AGENTS[backend]}"
     rbac = [o for o in rendered if o["kind"] in ("ServiceAccount", "ClusterRole", "ClusterRoleBinding")
             and o["metadata"]["name"] == sa]

@@ -1,6 +1,6 @@
 """GPU monitoring and autoscaling proven on the lab with the real components (issue 19, part 4).
 
-`lab.py monitoring` (scripts/lab_monitoring.py) runs, on what the cluster play deployed:
+`lab.py monitoring` (scripts/kalab/monitoring.py) runs, on what the cluster play deployed:
 - Prometheus (the PromQL harness's version, built from the module proxy) with the scrape job the Prometheus Operator
   generates from the DCGM exporter's ServiceMonitor, which the GPU Operator's controller created from kube-accel's
   values, and the rules of the PrometheusRule the monitoring chart installed;
@@ -74,7 +74,7 @@ def kubectl_json(lab, *args: str) -> dict:
 
 
 def test_prometheus_scrapes_each_exporter_pod_as_the_service_monitor_says(chain, lab):
-    import lab as lab_script  # scripts/lab.py: the inventory's hosts and their recorded GPUs
+    from kalab import site as lab_site  # the inventory's hosts and their recorded GPUs
 
     pods = kubectl_json(lab, "get", "pods", "-n", "gpu-operator", "-l", "app=nvidia-dcgm-exporter")["items"]
     exporter_nodes = {p["spec"]["nodeName"]: p["metadata"]["name"] for p in pods}
@@ -88,12 +88,12 @@ def test_prometheus_scrapes_each_exporter_pod_as_the_service_monitor_says(chain,
     # One target per exporter pod, labelled as the Prometheus Operator labels a ServiceMonitor endpoint.
     assert {t["discoveredLabels"]["pod"] for t in targets} == set(exporter_nodes.values())
     assert {t["labels"]["job"] for t in targets} == {"nvidia-dcgm-exporter"}  # the ServiceMonitor's jobLabel: app
-    hosts = lab_script.gpu_hosts(lab_script.inventory())
+    hosts = lab_site.gpu_hosts(lab_site.inventory())
     util = query(chain, "DCGM_FI_DEV_GPU_UTIL")
     per_node: dict[str, set[str]] = {}
     for series in util:
         per_node.setdefault(series["metric"]["Hostname"], set()).add(series["metric"]["UUID"])
-    assert per_node == {n: {g["uuid"] for g in lab_script.recorded_gpus(n, hosts[n])} for n in exporter_nodes}
+    assert per_node == {n: {g["uuid"] for g in lab_site.recorded_gpus(n, hosts[n])} for n in exporter_nodes}
     # The ServiceMonitor's relabelings drop the target's namespace/pod/container: a GPU no pod uses carries none,
     # and nothing is renamed to exported_* (before kube-accel set them, every idle GPU belonged to the exporter pod).
     assert query(chain, 'DCGM_FI_DEV_GPU_UTIL{namespace="gpu-operator"}') == []

@@ -1,6 +1,6 @@
 """The lab's device-plugin stand-in runs the upstream config-manager of each NVIDIA device-plugin pod (issue 15).
 
-`lab.py up` starts `device-plugin-standin` (scripts/lab_upstream.py). Once the cluster play's pgpu, mps and timeslice
+`lab.py up` starts `device-plugin-standin` (scripts/kalab/standins.py). Once the cluster play's pgpu, mps and timeslice
 releases run a device-plugin pod on a lab node, the stand-in runs that pod's config-manager sidecar (k8s-device-plugin
 v0.20.0, built from the archive) with its rendered env and the ConfigMap's files, and registers the capacity the
 plugin would for the config config-manager chose, read by the plugin's own loader. Here: the config each node got
@@ -30,15 +30,16 @@ NODES = ("lab-mps-0", "lab-pgpu-0", "lab-timeslice-0")
 def standin(lab):
     """The stand-in's directory, with the cluster play's releases deployed and every node registered. In a full run
     test_site_lab.py (before this file) has converged the lab; alone, this runs the cluster play."""
-    import lab_upstream  # scripts/lab_upstream.py
+    from kalab.processes import running
+    from kalab.standins import DP_STANDIN
 
     root = lab.kubeconfig.parent
-    assert lab_upstream.DP_STANDIN in lab_upstream.running(root), "`lab.py up` starts device-plugin-standin"
+    assert DP_STANDIN in running(root), "`lab.py up` starts device-plugin-standin"
     converge_cluster(lab, {"kube-accel-pgpu", "kube-accel-mps", "kube-accel-timeslice"}, namespace="kube-accel")
     for name in NODES:
         wait_for(f"{name} registered by the stand-in",
                  lambda name=name: node(lab, name)["metadata"]["annotations"].get("kube-accel.lab/capacity")
-                 == lab_upstream.DP_STANDIN, timeout=60)
+                 == DP_STANDIN, timeout=60)
     return root
 
 
@@ -56,9 +57,9 @@ def applied(root: Path, name: str) -> str | None:
 
 
 def sidecar_pid(root: Path, name: str) -> int | None:
-    import lab_upstream  # noqa: PLC0415
+    from kalab.processes import running
 
-    return lab_upstream.running(root).get(f"config-manager-{name}")
+    return running(root).get(f"config-manager-{name}")
 
 
 def test_each_node_got_the_config_its_label_names(lab, standin):

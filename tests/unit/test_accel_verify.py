@@ -96,10 +96,10 @@ def test_expected_pools_take_the_runtime_class_from_the_release_values():
     """pgpu, mps and timeslice releases (the lab's mig pool is in the pgpu release) hand GPUs out by volume-mounts,
     which only the NVIDIA runtime reads: their Jobs name the RuntimeClass the release runs its agents with. vGPU
     pools name none (HAMi pools run nvidia as the default runtime, gpu-manager injects its own devices)."""
-    import lab  # scripts/lab.py
     from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_chart_values, accel_pools
+    from kalab.site import gpu_hosts, inventory
 
-    pools = accel_pools.collect_pools(lab.gpu_hosts(lab.inventory()))
+    pools = accel_pools.collect_pools(gpu_hosts(inventory()))
     for name in ("nvidia", "nvidia-site"):
         releases = accel_chart_values.pool_releases(pools, {"runtime_class": name})
         values = {pool: r["values"].get("runtimeClassName") for r in releases for pool in r["pools"]}
@@ -124,10 +124,10 @@ def test_operand_problems_want_each_operand_exactly_where_kube_accel_means_it():
 def test_expected_pools_carry_the_operands_only_with_the_operator():
     """The lab inventory's pools through the same filters the verify role uses: the MIG manager on the pool whose
     MIG layout the operator owns (mig_owner operator), the DCGM exporter on every pool."""
-    import lab  # scripts/lab.py
     from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_chart_values, accel_pools
+    from kalab.site import gpu_hosts, inventory
 
-    pools = accel_pools.collect_pools(lab.gpu_hosts(lab.inventory()))
+    pools = accel_pools.collect_pools(gpu_hosts(inventory()))
     releases = accel_chart_values.pool_releases(pools, {})
     assert all("operands" not in p for p in av.expected_pools(pools, releases))
     operands = {p["pool"]: p["operands"] for p in av.expected_pools(pools, releases, gpu_operator=True)}

@@ -13,12 +13,8 @@ Upstream code (binaries built from the Go module proxy by scripts/upstream.sh, v
                        Service naming localhost (its aggregator resolves ExternalName services by name, and a kwok
                        cluster has no Service network), with a serving certificate for that Service's DNS name
 Stand-in (no GPU, no kubelet):
-  dcgm-exporter-standin  one HTTP endpoint per node that runs the GPU Operator's DCGM exporter pod, serving the
-                       exporter's text format (its render template's labels, HELP/TYPE from the collectors file the
-                       operator configures, dcp-metrics-included.csv) for the node's recorded GPUs; GPUs are
-                       attributed to the Running pods that requested nvidia.com/gpu on that node, as the exporter
-                       does from the kubelet's pod-resources API. Values follow .lab/monitoring/load.json
-                       (utilisation per namespace, XID per GPU; `lab.py load`), idle GPUs a slow wave.
+  dcgm-exporter-standin  the DCGM exporter's endpoints for the nodes that run its pods (kalab.standins); its readings
+                       follow .lab/monitoring/load.json (set_load; `lab.py load`)
 Only the scrape and evaluation intervals are the lab's own (1 s), so that the whole proof takes seconds, not minutes.
 """
 
@@ -28,36 +24,26 @@ import base64
 import hashlib
 import html
 import json
-import math
 import shutil
 import subprocess
 import sys
-import threading
 import time
 import urllib.parse
 import urllib.request
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-import lab_upstream
 import yaml
-from lab_upstream import BIN, UPSTREAM_BIN, free_port, http_ok, https_ok, kubectl_apply, log, procs_dir, start
+from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_constants
 
-EXPORTER = "dcgm-exporter-standin"
+from kalab.processes import free_port, http_ok, https_ok, last_lines, procs_dir, running, start, stop_one
+from kalab.site import BIN, REPO, UPSTREAM_BIN, kubectl_apply, log, versions
+from kalab.standins import COLLECTORS, DCGM_ARCHIVE, EXPORTER, SERVED, collectors, standin_process
+from kalab.upstream import upstream_src
+
 PROMETHEUS = "prometheus"
 KSM = "kube-state-metrics"
 ADAPTER = "prometheus-adapter"
 NAMES = (EXPORTER, KSM, PROMETHEUS, ADAPTER)
-DCGM_ARCHIVE = "dcgm-exporter-4.5.3-4.8.2"
-# The collectors file the GPU Operator v26.7.0 gives its exporter (DCGM_EXPORTER_COLLECTORS in
-# assets/state-dcgm-exporter/0800_daemonset.yaml; tests/conformance/test_dcgm_queries.py checks it).
-COLLECTORS = "dcp-metrics-included.csv"
-# What the stand-in serves: the metrics kube-accel's dashboard, alerts and adapter rules read.
-SERVED = ("DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_FB_FREE", "DCGM_FI_DEV_SM_CLOCK",
-          "DCGM_FI_DEV_POWER_USAGE", "DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_XID_ERRORS")
-# The exporter maps these resources to pods (dcgm-exporter: nvidia.com/gpu and nvidia.com/mig-*, unless
-# NVIDIA_RESOURCE_NAMES adds others; docs/monitoring.md says what that means per mode).
-MAPPED_RESOURCE = "nvidia.com/gpu"
 DCGM_MONITOR = ("gpu-operator", "nvidia-dcgm-exporter")  # namespace and name the GPU Operator gives them
 ADAPTER_SERVICE = "prometheus-adapter"
 CUSTOM_METRICS = "v1beta1.custom.metrics.k8s.io"
@@ -67,10 +53,8 @@ START_TIMEOUT = 90
 
 def binary(name: str) -> Path:
     """The upstream command at its pinned version (scripts/upstream.sh names each build NAME-VERSION)."""
-    from lab import versions  # noqa: PLC0415 - scripts/lab.py reads scripts/versions.env
-
     pinned = versions()
-    gomod = (lab_upstream.REPO / "tests" / "conformance" / "go" / "promql" / "go.mod").read_text().split()
+    gomod = (REPO / "tests" / "conformance" / "go" / "promql" / "go.mod").read_text().split()
     version = {"prometheus": gomod[gomod.index("github.com/prometheus/prometheus") + 1],
                "prometheus-adapter": pinned["PROMETHEUS_ADAPTER_VERSION"],
                "kube-state-metrics": pinned["KUBE_STATE_METRICS_VERSION"]}[name]
@@ -150,8 +134,6 @@ def rule_groups(rules: list[dict]) -> dict:
 
 
 def ksm_allowlist() -> str:
-    from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_constants  # noqa: PLC0415
-
     labels = [accel_constants.LABELS["pool"], accel_constants.LABELS["mode"], accel_constants.LABELS["managed"],
               accel_constants.UPSTREAM_LABELS["deploy_operands"]]
     return f"nodes=[{','.join(labels)}]"
@@ -214,13 +196,13 @@ def up(root: Path, kubeconfig: Path, gpus: dict[str, list[dict]], namespace: str
                                         [r["spec"] for r in rules], adapter_rules["data"], gpus],
                                        sort_keys=True).encode()).hexdigest()[:16]
     previous = json.loads(info_file.read_text()) if info_file.exists() else {}
-    if set(NAMES) <= set(lab_upstream.running(root)) and previous.get("inputs") == digest:
+    if set(NAMES) <= set(running(root)) and previous.get("inputs") == digest:
         log(f"monitoring chain already running on the deployed configuration: {', '.join(NAMES)}")
         return previous
     stop(root)
     shutil.rmtree(work / "tsdb", ignore_errors=True)  # the series of another configuration would mix in
     ports = {node: free_port() for node in exporter_nodes}
-    counters, label_fields = collectors(lab_upstream.upstream_src(DCGM_ARCHIVE))
+    counters, label_fields = collectors(upstream_src(DCGM_ARCHIVE))
     missing = [m for m in SERVED if m not in counters]
     if missing:
         sys.exit(f"[lab] {EXPORTER}: {missing} are not in the exporter's {COLLECTORS}")
@@ -231,8 +213,7 @@ def up(root: Path, kubeconfig: Path, gpus: dict[str, list[dict]], namespace: str
     (work / "exporter.json").write_text(json.dumps(spec))
     ready = work / "exporter.ready"
     ready.unlink(missing_ok=True)
-    start(root, EXPORTER, [sys.executable, str(Path(__file__).resolve()), "exporter", str(work / "exporter.json")],
-          {"PYTHONUNBUFFERED": "1", "PYTHONPATH": str(Path(__file__).resolve().parent)}, ready.exists)
+    start(root, EXPORTER, *standin_process("exporter", str(work / "exporter.json")), ready.exists)
 
     ksm_port, ksm_telemetry = free_port(), free_port()
     start(root, KSM, [str(binary(KSM)), f"--kubeconfig={kubeconfig}", "--resources=nodes",
@@ -274,7 +255,7 @@ def up(root: Path, kubeconfig: Path, gpus: dict[str, list[dict]], namespace: str
                           capture_output=True, text=True, check=False)
     if proc.returncode != 0:
         sys.exit(f"[lab] {CUSTOM_METRICS} not Available: {proc.stderr}\n"
-                 f"{lab_upstream.last_lines(procs_dir(root) / f'{ADAPTER}.log')}")
+                 f"{last_lines(procs_dir(root) / f'{ADAPTER}.log')}")
     info = {"prometheus": prom, "adapter": f"https://127.0.0.1:{adapter_port}", "ksm": f"127.0.0.1:{ksm_port}",
             "exporter": {n: f"127.0.0.1:{p}" for n, p in ports.items()}, "job": jobs[0]["job_name"],
             "started": started, "up_seconds": round(time.time() - started, 1), "inputs": digest}
@@ -291,7 +272,7 @@ def kube_ca(kubeconfig: Path) -> str:
 
 def stop(root: Path) -> None:
     for name in reversed(NAMES):
-        lab_upstream.stop_one(procs_dir(root), name)
+        stop_one(procs_dir(root), name)
     (workdir(root) / "info.json").unlink(missing_ok=True)
 
 
@@ -309,141 +290,6 @@ def set_load(root: Path, utilization: dict[str, float] | None = None, xid: dict[
     tmp.write_text(json.dumps(load))
     tmp.replace(path)
     return load
-
-
-# -- the exporter stand-in ---------------------------------------------------------------------------------------
-
-
-def collectors(src: Path) -> tuple[dict[str, tuple[str, str]], list[str]]:
-    """Counters of the collectors file: metric -> (type, help), and the label-type fields."""
-    counters, labels = {}, []
-    for raw in (src / "etc" / COLLECTORS).read_text().splitlines():
-        line = raw.strip()
-        if not line or line.startswith("#"):
-            continue
-        name, kind, help_text = (f.strip() for f in line.split(",", 2))
-        if kind == "label":
-            labels.append(name)
-        else:
-            counters[name] = (kind, help_text)
-    return counters, labels
-
-
-def gpu_values(gpu: dict, util: float, xid: int) -> dict[str, float]:
-    """Plausible readings for a utilisation: memory, clock, power and temperature follow it."""
-    total = gpu["memory_total_mib"]
-    used = round(min(total, 900 + util / 100 * 0.7 * total))
-    return {"DCGM_FI_DEV_GPU_UTIL": round(util), "DCGM_FI_DEV_FB_USED": used, "DCGM_FI_DEV_FB_FREE": total - used,
-            "DCGM_FI_DEV_SM_CLOCK": 210 if util < 1 else round(1095 + 3.15 * util),
-            "DCGM_FI_DEV_POWER_USAGE": round(55 + 3.4 * util, 3), "DCGM_FI_DEV_GPU_TEMP": round(31 + 0.42 * util),
-            "DCGM_FI_DEV_XID_ERRORS": xid}
-
-
-def idle_wave(node: str, index: int, now: float) -> float:
-    phase = (sum(map(ord, node)) + 7 * index) % 60
-    return max(0.0, 18 + 14 * math.sin(2 * math.pi * (now + phase) / 90))
-
-
-class Exporter:
-    """State of the stand-in: pods per GPU (the kubelet's device assignment) and the text format per node."""
-
-    def __init__(self, spec: dict, counters: dict, label_fields: list[str]):
-        self.spec, self.counters, self.label_fields = spec, counters, label_fields
-        self.assigned: dict[str, dict[str, list[int]]] = {n: {} for n in spec["nodes"]}  # node -> pod uid -> GPUs
-        self.pods: dict[str, dict[str, tuple[str, str, str]]] = {n: {} for n in spec["nodes"]}
-        self.lock = threading.Lock()
-
-    def sync(self, pods: list[dict]) -> None:
-        """Assign GPUs to Running pods that request nvidia.com/gpu, least-used GPU first, kept while they run."""
-        with self.lock:
-            for node, conf in self.spec["nodes"].items():
-                here = {}
-                for pod in pods:
-                    if pod["spec"].get("nodeName") != node or pod.get("status", {}).get("phase") != "Running":
-                        continue
-                    for c in pod["spec"]["containers"]:
-                        want = int(c.get("resources", {}).get("limits", {}).get(MAPPED_RESOURCE, 0) or 0)
-                        if want:
-                            here[pod["metadata"]["uid"]] = (want, (pod["metadata"]["namespace"],
-                                                                   pod["metadata"]["name"], c["name"]))
-                            break
-                assigned = {uid: gpus for uid, gpus in self.assigned[node].items() if uid in here}
-                for uid, (want, _who) in sorted(here.items(), key=lambda kv: kv[1][1]):
-                    if uid in assigned:
-                        continue
-                    use = [sum(i in g for g in assigned.values()) for i in range(len(conf["gpus"]))]
-                    assigned[uid] = sorted(sorted(range(len(use)), key=lambda i: (use[i], i))[:want])
-                self.assigned[node] = assigned
-                self.pods[node] = {uid: who for uid, (_w, who) in here.items()}
-
-    def render(self, node: str, load: dict, now: float) -> str:
-        conf = self.spec["nodes"][node]
-        with self.lock:
-            by_gpu: dict[int, list[tuple[str, str, str]]] = {}
-            for uid, gpus in self.assigned[node].items():
-                for i in gpus:
-                    by_gpu.setdefault(i, []).append(self.pods[node][uid])
-        series: dict[str, list[str]] = {m: [] for m in SERVED}
-        extra = "".join(f',{f}="{self.spec["driver_version"]}"' for f in self.label_fields
-                        if f == "DCGM_FI_DRIVER_VERSION")
-        for gpu in conf["gpus"]:
-            i = gpu["index"]
-            users = sorted(by_gpu.get(i, []))
-            loads = [load.get("utilization", {})[ns] for ns, _p, _c in users if ns in load.get("utilization", {})]
-            util = max(loads) if loads else (idle_wave(node, i, now) if not users else 5.0)
-            values = gpu_values(gpu, util, int(load.get("xid", {}).get(f"{node}/{i}", 0)))
-            base = (f'gpu="{i}",UUID="{gpu["uuid"]}",pci_bus_id="{gpu["pci_bus_id"]}",device="nvidia{i}",'
-                    f'modelName="{gpu["name"]}",Hostname="{node}"{extra}')
-            attrs = [f',container="{c}",namespace="{ns}",pod="{p}"' for ns, p, c in users] or [""]
-            for metric in SERVED:
-                series[metric] += [f"{metric}{{{base}{a}}} {values[metric]}" for a in attrs]
-        out = []
-        for metric in SERVED:
-            kind, help_text = self.counters[metric]
-            out += [f"# HELP {metric} {help_text}", f"# TYPE {metric} {kind}", *series[metric]]
-        return "\n".join(out) + "\n"
-
-
-def exporter(spec_file: Path) -> None:
-    """Loop of the DCGM exporter stand-in (see the module docstring)."""
-    from kubernetes import client, config  # noqa: PLC0415
-
-    spec = json.loads(spec_file.read_text())
-    state = Exporter(spec, spec["counters"], spec["label_fields"])
-    load_file = Path(spec["load"])
-    api = client.CoreV1Api(config.new_client_from_config(spec["kubeconfig"]))
-
-    def handler_for(node: str):
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self):  # noqa: N802 - http.server's name
-                if self.path != "/metrics":
-                    self.send_error(404)
-                    return
-                load = json.loads(load_file.read_text()) if load_file.exists() else {}
-                body = state.render(node, load, time.time()).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, *args):  # quiet: Prometheus scrapes every second
-                pass
-        return Handler
-
-    for node, conf in spec["nodes"].items():
-        server = ThreadingHTTPServer(("127.0.0.1", conf["port"]), handler_for(node))
-        threading.Thread(target=server.serve_forever, daemon=True).start()
-    print(f"{EXPORTER}: lab stand-in for the DCGM exporter on {sorted(spec['nodes'])}", flush=True)
-    ready = spec_file.parent / "exporter.ready"
-    while True:
-        try:
-            pods = json.loads(api.list_pod_for_all_namespaces(_preload_content=False).data)["items"]
-            state.sync(pods)
-            ready.touch()
-        except Exception as exc:  # noqa: BLE001 - keep serving; the log says what went wrong
-            print(f"error: {exc}", flush=True)
-        time.sleep(1)
 
 
 # -- the dashboard, rendered ---------------------------------------------------------------------------------------
@@ -555,17 +401,3 @@ def report(root: Path, kubeconfig: Path, namespace: str, out: Path, min_seconds:
             "kube-state-metrics.</p>" + "".join(sections) + "</body></html>")
     out.write_text(page)
     return counts
-
-
-def main() -> None:
-    import argparse  # noqa: PLC0415
-
-    parser = argparse.ArgumentParser()
-    parser.add_argument("cmd", choices=["exporter"])
-    parser.add_argument("spec")
-    args = parser.parse_args()
-    exporter(Path(args.spec))
-
-
-if __name__ == "__main__":
-    main()

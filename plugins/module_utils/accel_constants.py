@@ -76,6 +76,10 @@ NFD_OS_LABELS = {
 # The value mig-manager gives a deploy label while it reconfigures MIG (mig-parted v0.15.0
 # pkg/mig/reconfigure/reconfigure.go:581-586); it restores "true" afterwards, so kube-accel never overwrites it.
 MIG_PAUSED_VALUE = "paused-for-mig-change"
+# The MIG geometry a kube-accel plan put on a host (either owner), written by roles/mig (mig_record_file): a later plan
+# without MIG turns MIG off only where this says kube-accel turned it on, and the preflight accepts GPUs with MIG on
+# in a pool without a MIG plan only then (accel_plan rule_mig_left_on); elsewhere MIG was someone else's choice.
+MIG_RECORD_FILE = "/etc/kube-accel/mig-geometry"
 # RuntimeClass of the NVIDIA container runtime (handler "nvidia", roles/container_toolkit), created by the cluster play.
 RUNTIME_CLASS = "nvidia"
 

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 
 from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_driver as driver
 from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_constants import (
+    MIG_RECORD_FILE,
     MODES,
     VCUDA_CORES_PER_GPU,
     VGPU_BACKENDS,
@@ -225,7 +226,8 @@ def rule_mig_exclusive(ctx: Context) -> list[str]:
     allowed = ("accel_mode pgpu for MIG; vgpu, mps and timeslice need GPUs with MIG disabled "
                "(no accel_mig_geometry, accel_mig_strategy none)")
     problems = []
-    for gpu in ctx.gpus:
+    # MIG kube-accel turned on is turned off by the hosts play before the cluster play switches the node's mode.
+    for gpu in ([] if _mig_kube_accels(ctx) else ctx.gpus):
         if gpu.get("mig_mode_current") or gpu.get("mig_mode_pending"):
             problems.append(ctx.problem(
                 "accel_mode", mode,
@@ -498,12 +500,19 @@ def rule_mig_left_on(ctx: Context) -> list[str]:
     if ctx.get("accel_mode") != "pgpu" or ctx.get("accel_mig_geometry") or ctx.value("accel_vfio_passthrough"):
         return []
     on = [gpu for gpu in ctx.gpus if gpu.get("mig_mode_current") or gpu.get("mig_mode_pending")]
-    if not on:
+    if not on or _mig_kube_accels(ctx):
         return []
     return [ctx.problem("accel_mode", "pgpu", f"{len(on)} GPU(s) have MIG enabled ({_gpu_label(on[0])}: current="
                         f"{on[0].get('mig_mode_current')}, pending={on[0].get('mig_mode_pending')}) and the pool plans "
-                        "no MIG geometry, so nothing would turn MIG off",
+                        "no MIG geometry; kube-accel turns off only MIG it turned on (no record of that here: "
+                        f"{MIG_RECORD_FILE}), so nothing would turn it off",
                         "an accel_mig_geometry for the pool, or MIG disabled on the host first (nvidia-smi -mig 0)")]
+
+
+def _mig_kube_accels(ctx: Context) -> bool:
+    """kube-accel put a MIG geometry on this host (roles/mig's record, read by the preflight): a plan without MIG
+    has the hosts play turn it off (roles/mig), so GPUs with MIG on are expected there."""
+    return bool((ctx.facts or {}).get("mig_record"))
 
 
 def rule_recorded_snapshot(ctx: Context) -> list[str]:

@@ -311,9 +311,23 @@ def test_rule_vfio_passthrough_is_a_whole_gpu_pool(mode):
 def test_rule_mig_left_on_for_a_whole_gpu_pool():
     assert check(pool(mode="pgpu"), gpus("a100-80gb")) == []
     problems = check(pool(mode="pgpu"), gpus("a100-80gb-mig"))
-    assert len(problems) == 1 and "nothing would turn MIG off" in problems[0]
+    assert len(problems) == 1 and "kube-accel turns off only MIG it turned on (no record of that here: " \
+        "/etc/kube-accel/mig-geometry), so nothing would turn it off" in problems[0]
     planned = pool(mode="pgpu", mig_strategy="mixed", mig_geometry={"3g.40gb": 1, "2g.20gb": 1, "1g.10gb": 2})
     assert check(planned, gpus("a100-80gb-mig")) == []
+
+
+@pytest.mark.parametrize("mode", ["pgpu", "mps", "timeslice", "vgpu"])
+def test_mig_kube_accel_turned_on_may_be_found_on_by_a_plan_without_mig(mode):
+    """Issue 29: a geometry removed from the plan (or the pool switched away from MIG) finds MIG on; roles/mig's record
+    says kube-accel turned it on, so the hosts play turns it off (roles/mig) and the plan is accepted. Without the
+    record the same GPUs are refused: that MIG is someone else's."""
+    extra = {"vgpu": {"vgpu_backend": "hami"}, "mps": {"mps_replicas": 4}, "timeslice": {"timeslice_replicas": 4},
+             "pgpu": {}}[mode]
+    facts = gpus("a100-80gb-mig")
+    assert check(pool(mode=mode, **extra), facts) != []
+    recorded = {**facts, "mig_record": "/etc/kube-accel/mig-geometry"}
+    assert check(pool(mode=mode, **extra), recorded) == []
 
 
 @pytest.mark.parametrize("version", ["1.30", "1.36", "v1.30.2"])

@@ -73,14 +73,16 @@ sanity: venv ## ansible-test sanity on the built collection, every Python from 3
 	scripts/sanity.sh
 
 .PHONY: unit
-unit: venv ## Unit tests only (no lab, no Molecule, no podman hosts, no real node)
-	$(BIN)/python -m pytest tests -m "not lab and not molecule and not gpu and not podman and not realnode" $(PYTEST_ARGS)
+unit: venv ## Unit tests only (no lab, no Molecule, no podman hosts, no real node, no benchmark)
+	$(BIN)/python -m pytest tests -m "not lab and not molecule and not gpu and not podman and not realnode and not bench" $(PYTEST_ARGS)
 
 .PHONY: test
 test: ## Lint, unit, chart, conformance (upstream code) and lab integration tests beside the Molecule scenarios
 	scripts/test.sh
 
 .PHONY: bench
+# The benchmarks import the lab package (scripts/kalab) as pytest's pythonpath has it.
+bench: export PYTHONPATH := $(CURDIR)/scripts
 bench: toolchain ## Benchmarks (BENCHMARKS.md): host fleet, overhead, cluster scale, scheduling, preflight -> tests/bench/results
 	$(BIN)/python tests/bench/bench_hosts.py $(BENCH_HOSTS_ARGS)
 	$(BIN)/python tests/bench/bench_cluster.py $(BENCH_CLUSTER_ARGS)

@@ -57,7 +57,8 @@ CREATE_WORKERS = 16
 REQUEST_TIMEOUT_S = 60
 LABEL_TASK = "Reconcile the labels and taints of every pool's nodes"
 PROFILE_LINE = re.compile(r"^(?P<task>.+?) -{3,} (?P<secs>\d+\.\d+)s$")
-LABEL_AGENT = "kube-accel/accel_node_labels"
+# The module names itself by its FQCN (accel_kube.api_client: kube-accel/<module._name>).
+LABEL_AGENT = "kube-accel/kube_accel.gpu.accel_node_labels"
 # A fresh lab is idle once the API server serves fewer requests than this per second (about 1/s at rest).
 IDLE_REQUESTS_PER_S = 20
 SETTLE_TIMEOUT_S = 300

@@ -294,3 +294,29 @@ def test_the_check_expects_mig_off_where_the_pool_uses_no_mig(geometry, strategy
     templar = Templar(loader=DataLoader(), variables={"accel_mig_geometry": geometry, "accel_mig_strategy": strategy})
     assert templar.template(trust_as_template(defaults["node_reboot_expect_mig_off"])) is expected
 
+
+
+@pytest.mark.parametrize(
+    ("distribution", "runtime", "expected"),
+    [
+        (None, "containerd", ["ctr", "--address", "/run/containerd/containerd.sock", "version"]),
+        ("kubeadm", "crio", ["crictl", "--runtime-endpoint", "unix:///var/run/crio/crio.sock", "version"]),
+        ("k3s", "containerd", ["k3s", "ctr", "version"]),
+        ("rke2", "containerd",
+         ["/var/lib/rancher/rke2/bin/ctr", "--address", "/run/k3s/containerd/containerd.sock", "version"]),
+    ],
+)
+def test_the_runtime_check_asks_the_containerd_the_distribution_runs(distribution, runtime, expected):
+    """node_reboot's default, rendered by Ansible's own templar: k3s and RKE2 run their own containerd and ctr."""
+    from pathlib import Path
+
+    import yaml
+    from ansible.parsing.dataloader import DataLoader
+    from ansible.template import Templar, trust_as_template
+
+    defaults = yaml.safe_load((Path(__file__).resolve().parents[2] / "roles/node_reboot/defaults/main.yml").read_text())
+    variables = {**defaults, "accel_container_runtime": runtime}
+    if distribution:
+        variables["accel_kubernetes_distribution"] = distribution
+    templar = Templar(loader=DataLoader(), variables=variables)
+    assert templar.template(trust_as_template(defaults["node_reboot_runtime_command"])) == expected

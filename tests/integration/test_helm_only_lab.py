@@ -1,0 +1,134 @@
+"""Helm only, from the release artifacts (issue 29, item 5): each chart whose README has a "Helm only" section
+installs from its packaged .tgz (scripts/release.py, as `make release` builds it) on a node kube-accel did not label,
+given only what that section says to provide.
+
+A fresh fake GPU node joins the lab without any kube-accel label. The chart installs into a namespace of its own,
+serving a pool no inventory names: its agents first run nowhere (the node is not the pool's yet), then, once the node
+carries exactly the labels the README lists (and the RuntimeClass it names exists), they run there and nowhere else.
+The test also checks that every label it sets is named in the README section, so the documentation and this test
+cannot drift apart.
+
+Evidence: the lab's real kube-apiserver, DaemonSet controller and kube-scheduler placing the chart's pods (kwok runs
+them: no container runtime, so the runtime prerequisites in the README are not exercised here; `make gpu-e2e` does
+that on a real node); helm installing the packaged archive.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from lab_fixture import wait_for
+
+pytestmark = pytest.mark.lab
+
+REPO = Path(__file__).resolve().parents[2]
+NODE = "lab-helm-only-0"
+POOL = "helm-only"
+NAMESPACE = "helm-only"
+RUNTIME_CLASS = "nvidia"
+# What each chart's README "Helm only" section says a node needs, per chart (values from the chart's defaults).
+CHARTS = {
+    "pgpu": {"labels": {"kube-accel.io/pool": POOL, "nvidia.com/gpu.deploy.client": "true",
+                        "nvidia.com/device-plugin.config": "exclusive"},
+             "components": {"device-plugin"}},
+    "mps": {"labels": {"kube-accel.io/pool": POOL, "nvidia.com/device-plugin.config": "mps-4",
+                       "nvidia.com/mps.capable": "true"},
+            "components": {"device-plugin", "mps-control-daemon"}},
+}
+
+
+def kubectl(lab, *args: str, stdin: str | None = None, check: bool = True) -> subprocess.CompletedProcess:
+    return subprocess.run([str(lab.kubectl), "--kubeconfig", str(lab.kubeconfig), *args], input=stdin,
+                          capture_output=True, text=True, check=check, timeout=120)
+
+
+def helm(lab, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([str(lab.helm), "--kubeconfig", str(lab.kubeconfig), *args], capture_output=True,
+                          text=True, check=False, timeout=300)
+
+
+def helm_only_section(chart: str) -> str:
+    text = (REPO / "charts" / chart / "README.md").read_text()
+    start = text.index("## Helm only")
+    end = text.find("\n## ", start + 1)
+    return text[start:end if end > 0 else len(text)]
+
+
+def pods_by_node(lab, release: str) -> dict[str, set[str]]:
+    """component -> nodes of the release's pods."""
+    pods = json.loads(kubectl(lab, "get", "pods", "-n", NAMESPACE, "-l", f"app.kubernetes.io/instance={release}",
+                              "-o", "json").stdout)["items"]
+    out: dict[str, set[str]] = {}
+    for pod in pods:
+        component = pod["metadata"]["labels"].get("app.kubernetes.io/component", "")
+        out.setdefault(component, set()).add(pod["spec"].get("nodeName") or "")
+    return out
+
+
+@pytest.fixture(scope="module")
+def artifacts(tmp_path_factory):
+    out = tmp_path_factory.mktemp("release") / "dist"
+    proc = subprocess.run([sys.executable, str(REPO / "scripts" / "release.py"), "--out", str(out)], cwd=REPO,
+                          capture_output=True, text=True, check=False, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    return out
+
+
+@pytest.fixture(scope="module")
+def bare_node(lab):
+    """A fake GPU node as it joins a cluster: kwok runs it, no kube-accel label, and the RuntimeClass the README
+    names (created here, as the README says to, when the cluster play has not)."""
+    node = {"apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": NODE, "annotations": {"kwok.x-k8s.io/node": "fake"},
+                         "labels": {"type": "kwok", "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64",
+                                    "kubernetes.io/hostname": NODE}},
+            "spec": {},
+            "status": {"capacity": {"cpu": "64", "memory": "512Gi", "pods": "110"},
+                       "allocatable": {"cpu": "64", "memory": "512Gi", "pods": "110"}}}
+    kubectl(lab, "apply", "-f", "-", stdin=json.dumps(node))
+    created = kubectl(lab, "get", "runtimeclass", RUNTIME_CLASS, check=False).returncode != 0
+    if created:
+        kubectl(lab, "apply", "-f", "-", stdin=json.dumps({"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass",
+                                                          "metadata": {"name": RUNTIME_CLASS},
+                                                          "handler": RUNTIME_CLASS}))
+    wait_for(f"{NODE} Ready", lambda: any(
+        c["type"] == "Ready" and c["status"] == "True"
+        for c in json.loads(kubectl(lab, "get", "node", NODE, "-o", "json").stdout)["status"].get("conditions", [])))
+    yield NODE
+    kubectl(lab, "delete", "node", NODE, check=False)
+    kubectl(lab, "delete", "namespace", NAMESPACE, "--wait=false", check=False)
+    if created:
+        kubectl(lab, "delete", "runtimeclass", RUNTIME_CLASS, check=False)
+
+
+@pytest.mark.parametrize("chart", sorted(CHARTS))
+def test_a_chart_from_its_archive_runs_where_its_readme_says(lab, artifacts, bare_node, chart):
+    spec = CHARTS[chart]
+    section = helm_only_section(chart)
+    for key in spec["labels"]:
+        assert f"`{key}" in section, f"charts/{chart}/README.md 'Helm only' does not name {key}"
+    version = yaml.safe_load((REPO / "charts" / chart / "Chart.yaml").read_text())["version"]
+    archive = artifacts / "charts" / f"{chart}-{version}.tgz"
+    release = f"helm-only-{chart}"
+    installed = helm(lab, "install", release, str(archive), "-n", NAMESPACE, "--create-namespace",
+                     "--set", f"pools={{{POOL}}}", "--wait", "--timeout", "3m")
+    assert installed.returncode == 0, installed.stderr[-3000:]
+    try:
+        # Not the pool's node yet: the agents run nowhere (not on the lab's kube-accel nodes either).
+        daemonsets = json.loads(kubectl(lab, "get", "daemonsets", "-n", NAMESPACE, "-l",
+                                        f"app.kubernetes.io/instance={release}", "-o", "json").stdout)["items"]
+        assert {d["metadata"]["labels"].get("app.kubernetes.io/component") for d in daemonsets} == spec["components"]
+        assert all(d["status"].get("desiredNumberScheduled", 0) == 0 for d in daemonsets), daemonsets
+        kubectl(lab, "label", "node", NODE, "--overwrite", *[f"{k}={v}" for k, v in spec["labels"].items()])
+        wait_for(f"{release}'s agents on {NODE} only",
+                 lambda: pods_by_node(lab, release) == {c: {NODE} for c in spec["components"]}, timeout=120)
+        listed = {r["name"]: r for r in json.loads(helm(lab, "list", "-n", NAMESPACE, "-o", "json").stdout)}
+        assert listed[release]["chart"] == f"{chart}-{version}" and listed[release]["status"] == "deployed", listed
+    finally:
+        helm(lab, "uninstall", release, "-n", NAMESPACE, "--wait", "--timeout", "2m")
+        kubectl(lab, "label", "node", NODE, *[f"{k}-" for k in spec["labels"]], check=False)

@@ -76,6 +76,12 @@ def test_common_facts(helm, chart, values):
         spec = pod_spec(obj)
         if spec is None:
             continue
+        if obj["kind"] != "Pod":
+            # A pod template carries every label but the chart's version: a kube-accel release that changes nothing
+            # the pods run must not roll every DaemonSet (device plugins, MPS control daemons under their clients).
+            pod_labels = obj["spec"]["template"]["metadata"]["labels"]
+            assert "helm.sh/chart" not in pod_labels and pod_labels.keys() >= LABEL_KEYS - {"helm.sh/chart"}, \
+                f"{what}: pod template labels {pod_labels}"
         assert spec["securityContext"]["seccompProfile"]["type"] == "RuntimeDefault", what
         for c in containers(spec):
             res = c.get("resources", {})

@@ -44,6 +44,18 @@ app.kubernetes.io/managed-by: {{ .root.Release.Service }}
 {{- end -}}
 
 {{/*
+Pod template labels: ka.labels without helm.sh/chart. The chart's own version changes with every kube-accel release;
+in a pod template it would roll every DaemonSet (device plugins, MPS control daemons under their clients) on an
+upgrade that changes nothing they run. The upstream version (app.kubernetes.io/version) stays: it changes their image.
+*/}}
+{{- define "ka.podLabels" -}}
+{{ include "ka.selectorLabels" . }}
+app.kubernetes.io/version: {{ .root.Chart.AppVersion | quote }}
+app.kubernetes.io/part-of: kube-accel
+app.kubernetes.io/managed-by: {{ .root.Release.Service }}
+{{- end -}}
+
+{{/*
 Image reference from {registry, repository, tag, digest}; global.imageRegistry replaces every registry
 so an air-gapped site pulls everything from one mirror. Call with (dict "root" $ "image" .Values.image).
 The digest pins the image: global.imageDigests["repository:tag"] (the site's, from the inventory's

@@ -35,9 +35,10 @@ class Lab:
     kubectl: Path = BIN / "kubectl"
     nodes_by_pool: dict[str, list[str]] = field(default_factory=dict)
 
-    def kubectl_run(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
-        return subprocess.run([str(self.kubectl), "--kubeconfig", str(self.kubeconfig), *args],
-                              capture_output=True, text=True, check=check)
+    def kubectl_run(self, *args: str, check: bool = True, stdin: str | None = None,
+                    timeout: float | None = None) -> subprocess.CompletedProcess:
+        return subprocess.run([str(self.kubectl), "--kubeconfig", str(self.kubeconfig), *args], input=stdin,
+                              capture_output=True, text=True, check=check, timeout=timeout)
 
     def namespace(self, name: str) -> None:
         """Create a namespace (if missing) and wait for its default ServiceAccount: pods are refused until the

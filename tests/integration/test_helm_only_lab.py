@@ -43,8 +43,7 @@ CHARTS = {
 
 
 def kubectl(lab, *args: str, stdin: str | None = None, check: bool = True) -> subprocess.CompletedProcess:
-    return subprocess.run([str(lab.kubectl), "--kubeconfig", str(lab.kubeconfig), *args], input=stdin,
-                          capture_output=True, text=True, check=check, timeout=120)
+    return lab.kubectl_run(*args, stdin=stdin, check=check, timeout=120)
 
 
 def helm(lab, *args: str) -> subprocess.CompletedProcess:

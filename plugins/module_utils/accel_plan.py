@@ -227,7 +227,7 @@ def rule_mig_exclusive(ctx: Context) -> list[str]:
                "(no accel_mig_geometry, accel_mig_strategy none)")
     problems = []
     # MIG kube-accel turned on is turned off by the hosts play before the cluster play switches the node's mode.
-    for gpu in ([] if _mig_kube_accels(ctx) else ctx.gpus):
+    for gpu in ([] if _mig_turned_on_by_kube_accel(ctx) else ctx.gpus):
         if gpu.get("mig_mode_current") or gpu.get("mig_mode_pending"):
             problems.append(ctx.problem(
                 "accel_mode", mode,
@@ -525,7 +525,7 @@ def rule_mig_left_on(ctx: Context) -> list[str]:
     if ctx.get("accel_mode") != "pgpu" or ctx.get("accel_mig_geometry") or ctx.value("accel_vfio_passthrough"):
         return []
     on = [gpu for gpu in ctx.gpus if gpu.get("mig_mode_current") or gpu.get("mig_mode_pending")]
-    if not on or _mig_kube_accels(ctx):
+    if not on or _mig_turned_on_by_kube_accel(ctx):
         return []
     return [ctx.problem("accel_mode", "pgpu", f"{len(on)} GPU(s) have MIG enabled ({_gpu_label(on[0])}: current="
                         f"{on[0].get('mig_mode_current')}, pending={on[0].get('mig_mode_pending')}) and the pool plans "
@@ -534,7 +534,7 @@ def rule_mig_left_on(ctx: Context) -> list[str]:
                         "an accel_mig_geometry for the pool, or MIG disabled on the host first (nvidia-smi -mig 0)")]
 
 
-def _mig_kube_accels(ctx: Context) -> bool:
+def _mig_turned_on_by_kube_accel(ctx: Context) -> bool:
     """kube-accel put a MIG geometry on this host (roles/mig's record, read by the preflight): a plan without MIG
     has the hosts play turn it off (roles/mig), so GPUs with MIG on are expected there."""
     return bool((ctx.facts or {}).get("mig_record"))

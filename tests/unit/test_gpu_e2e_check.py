@@ -163,3 +163,25 @@ def test_recorded_h100_run_with_the_chart_bug(tmp_path, capsys, monkeypatch):
     assert any(line.startswith("FAIL pgpu one-more") for line in lines)
     assert any(line.startswith("PASS pgpu tenant") and "real GPU" in line for line in lines)
     assert lines[-1].startswith("RESULT FAIL")
+
+
+def test_recorded_h200_run_keeps_every_promise(tmp_path, capsys, monkeypatch):
+    """The run after the fix (H200, driver 580.159.04, 2026-11-26; records in tests/data/gpu-e2e): check.py, run again
+    on what the real node recorded, finds every pool's promise kept: what the plugin advertised, CUDA pods on the
+    host's GPU, MPS's SM and pinned-memory limits, the extra pod refused by the real scheduler, no GPU for the
+    tenant."""
+    import tarfile
+
+    with tarfile.open(REPO / "tests" / "data" / "gpu-e2e" / "h200-2026-11-26-pass.tar.xz") as tar:
+        tar.extractall(tmp_path, filter="data")
+    lines = run_check(tmp_path / "e2e-out", capsys, monkeypatch)
+    assert lines[-1] == "RESULT PASS (23 checks)", lines
+    assert not [line for line in lines if line.startswith("FAIL")]
+    for pool, advertised in (("pgpu", "nvidia.com/gpu=1"), ("timeslice", "nvidia.com/gpu.shared=4"),
+                             ("mps", "nvidia.com/gpu=4")):
+        assert any(line.startswith(f"PASS {pool} advertised: {advertised},") for line in lines), (pool, lines)
+        assert any(line.startswith(f"PASS {pool} one-more") and "Insufficient" in line for line in lines), pool
+    threads = [line for line in lines if line.startswith("PASS mps mps-threads")]
+    assert len(threads) == 4 and all("kernel on 32, of 132" in line for line in threads), threads
+    memory = [line for line in lines if line.startswith("PASS mps mps-memory")]
+    assert len(memory) == 4 and all("CUDA_ERROR_OUT_OF_MEMORY" in line for line in memory), memory

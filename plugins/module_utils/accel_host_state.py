@@ -2,11 +2,13 @@
 # Apache License 2.0
 """Digests behind the host play's fast path: a record of what a host looked like after its last full run.
 
-A full run of the host roles ends by recording two digests on the host: the *inputs* (role and module code, the
-host's variables and facts, computed on the controller) and the *state* (every file the roles write or read, the
-package database, the booted kernel and its command line, the loaded modules, read on the host). A later run whose
-inputs and state digest to the same values has nothing to do, and skips the roles; any difference, or no record,
-runs them all.
+A full run of the host roles ends by recording three digests on the host: the *inputs* (the host's variables and
+facts, computed on the controller), the *code* (kube-accel's host roles, modules and host play) and the *state*
+(every file the roles write or read, the package database, the booted kernel and its command line, the loaded
+modules, read on the host). A later run whose digests all match has nothing to do, and skips the roles; any
+difference, or no record, runs them all. A difference in the code alone is told apart (``code_only``): a
+kube-accel upgrade changes what the roles *could* do, not what this host was given, so the hosts play first asks
+the roles in check mode whether they would change anything here before it drains the node (ansible/hosts.yml).
 """
 
 from __future__ import annotations
@@ -18,7 +20,9 @@ import stat
 from collections.abc import Iterable
 from typing import Any
 
-RECORD_VERSION = 1
+# 2: the code digest is kept apart from the inputs (version 1 folded it in, so its records cannot tell a
+# kube-accel upgrade from an inventory change: they mean one full run).
+RECORD_VERSION = 2
 
 
 def digest(data: Any) -> str:
@@ -94,20 +98,30 @@ def first_difference(before: dict[str, Any], after: dict[str, Any]) -> str | Non
     return None
 
 
-def record(inputs: str, current: dict[str, Any], reboot_required: list[str]) -> dict[str, Any]:
-    return {"version": RECORD_VERSION, "inputs": inputs, "state_digest": digest(current), "state": current,
-            "reboot_required": list(reboot_required)}
+def record(inputs: str, current: dict[str, Any], reboot_required: list[str], code: str = "") -> dict[str, Any]:
+    return {"version": RECORD_VERSION, "inputs": inputs, "code": code, "state_digest": digest(current),
+            "state": current, "reboot_required": list(reboot_required)}
 
 
-def compare(saved: dict[str, Any] | None, inputs: str, current: dict[str, Any]) -> tuple[bool, str]:
+def compare(saved: dict[str, Any] | None, inputs: str, current: dict[str, Any], code: str = "") -> tuple[bool, str]:
     """(whether the host is as its last full run left it, why not)."""
+    return check(saved, inputs, current, code)[:2]
+
+
+def check(saved: dict[str, Any] | None, inputs: str, current: dict[str, Any],
+          code: str = "") -> tuple[bool, str, bool]:
+    """(current, why, code_only): code_only when the record differs in kube-accel's code digest alone (same
+    variables, facts and host state). The host state is compared before the code: drift always means a full run."""
     if not saved or saved.get("version") != RECORD_VERSION:
-        return False, "no record of a full run"
+        return False, "no record of a full run", False
     if saved.get("inputs") != inputs:
-        return False, "inputs changed (role code, variables or facts)"
+        return False, "inputs changed (variables or facts)", False
     if saved.get("state_digest") != digest(current):
-        return False, f"host changed since the last full run: {first_difference(saved.get('state', {}), current)}"
-    return True, "inputs and host state match the last full run"
+        return (False, f"host changed since the last full run: {first_difference(saved.get('state', {}), current)}",
+                False)
+    if saved.get("code", "") != code:
+        return False, "the kube-accel code changed (variables, facts and host state did not)", True
+    return True, "inputs and host state match the last full run", False
 
 
 def code_digest(root: str, paths: Iterable[str]) -> str:

@@ -9,9 +9,9 @@ module: accel_host_state
 short_description: Record a GPU host's state after a full run of the host roles, and compare with it later
 description:
   - O(action=check) reads the record a full run left and tells whether the host still matches it, that is the
-    same inputs digest (role code, variables, facts, computed by the caller) and the same digest of every watched
-    path (content, mode, owner, link target) and of the entry names of O(watch_names), read now. It changes
-    nothing.
+    same inputs digest (variables, facts, computed by the caller), the same O(code) digest and the same digest of
+    every watched path (content, mode, owner, link target) and of the entry names of O(watch_names), read now. It
+    changes nothing. RV(code_only) tells a record that differs in O(code) alone (a kube-accel upgrade, nothing else).
   - O(action=record) writes that record. It changes the record file only when the record differs.
   - The host play uses both for its fast path; see roles/host_state.
 version_added: "0.1.0"
@@ -27,9 +27,13 @@ options:
     type: path
     default: /var/lib/kube-accel/host-state.json
   inputs:
-    description: Digest of everything on the controller side that decides what the roles do.
+    description: Digest of the host's variables and facts that decide what the roles do.
     type: str
     required: true
+  code:
+    description: Digest of kube-accel's code (host roles, modules, host play); kept apart from O(inputs).
+    type: str
+    default: ""
   watch:
     description: Files and directories (walked whole) whose content, mode, owner and link targets are digested.
     type: list
@@ -62,6 +66,7 @@ EXAMPLES = r"""
   kube_accel.gpu.accel_host_state:
     action: check
     inputs: "{{ host_state_inputs }}"
+    code: "{{ host_state_code_digest }}"
     watch: [/etc/modprobe.d, /var/lib/dpkg/status, /proc/cmdline]
     watch_names: [/sys/module]
   register: host_state_check
@@ -70,6 +75,7 @@ EXAMPLES = r"""
   kube_accel.gpu.accel_host_state:
     action: record
     inputs: "{{ host_state_inputs }}"
+    code: "{{ host_state_code_digest }}"
     watch: [/etc/modprobe.d, /var/lib/dpkg/status, /proc/cmdline]
     watch_names: [/sys/module]
     reboot_required: "{{ accel_reboot_required }}"
@@ -84,8 +90,12 @@ reason:
   description: Why the host is or is not current (the first differing path, when one differs).
   returned: always
   type: str
+code_only:
+  description: O(action=check) - the record differs from now in the O(code) digest alone.
+  returned: always
+  type: bool
 reboot_required:
-  description: O(action=check) - the reboot reasons the record keeps (empty when not current).
+  description: O(action=check) - the reboot reasons the record keeps (empty unless current or RV(code_only)).
   returned: always
   type: list
   elements: str
@@ -95,7 +105,7 @@ import json
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_host_state import compare, record, state
+from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_host_state import check, record, state
 
 
 def read(path):
@@ -112,6 +122,7 @@ def main():
             "action": {"type": "str", "choices": ["check", "record"], "required": True},
             "path": {"type": "path", "default": "/var/lib/kube-accel/host-state.json"},
             "inputs": {"type": "str", "required": True},
+            "code": {"type": "str", "default": ""},
             "watch": {"type": "list", "elements": "path", "default": []},
             "watch_names": {"type": "list", "elements": "path", "default": []},
             "reboot_required": {"type": "list", "elements": "str", "default": []},
@@ -122,18 +133,19 @@ def main():
     saved = read(p["path"])
     now = state(p["watch"], p["watch_names"])
     if p["action"] == "check":
-        current, reason = compare(saved, p["inputs"], now)
-        module.exit_json(changed=False, current=current, reason=reason,
-                         reboot_required=(saved or {}).get("reboot_required", []) if current else [])
-    new = record(p["inputs"], now, p["reboot_required"])
+        current, reason, code_only = check(saved, p["inputs"], now, p["code"])
+        # code_only: the state still matches, so the reasons the last full run left are still pending.
+        module.exit_json(changed=False, current=current, reason=reason, code_only=code_only,
+                         reboot_required=(saved or {}).get("reboot_required", []) if current or code_only else [])
+    new = record(p["inputs"], now, p["reboot_required"], p["code"])
     changed = new != saved
-    result = {"changed": changed, "current": True, "reason": "recorded" if changed else "record up to date",
-              "reboot_required": p["reboot_required"]}
+    result = {"changed": changed, "current": True, "code_only": False,
+              "reason": "recorded" if changed else "record up to date", "reboot_required": p["reboot_required"]}
     if module._diff and changed:
         # The digests, not the whole state: enough to see what moved.
         result["diff"] = {
-            "before": {k: (saved or {}).get(k) for k in ("inputs", "state_digest", "reboot_required")},
-            "after": {k: new[k] for k in ("inputs", "state_digest", "reboot_required")},
+            "before": {k: (saved or {}).get(k) for k in ("inputs", "code", "state_digest", "reboot_required")},
+            "after": {k: new[k] for k in ("inputs", "code", "state_digest", "reboot_required")},
         }
     if changed and not module.check_mode:
         os.makedirs(os.path.dirname(p["path"]), mode=0o755, exist_ok=True)

@@ -76,3 +76,36 @@ def test_code_digest_follows_content_not_caches(tmp_path):
     assert hs.code_digest(str(tmp_path), ["roles"]) == first
     task.write_text("- y\n")
     assert hs.code_digest(str(tmp_path), ["roles"]) != first
+
+
+def test_record_keeps_code_apart_and_tells_a_code_only_difference(tmp_path):
+    conf = make_tree(tmp_path)
+    watch = [str(tmp_path / "etc")]
+    saved = hs.record("inputs-1", hs.state(watch, []), [], code="code-1")
+    assert saved["version"] == hs.RECORD_VERSION == 2 and saved["code"] == "code-1"
+    assert hs.check(saved, "inputs-1", hs.state(watch, []), "code-1") == (
+        True, "inputs and host state match the last full run", False)
+    # A kube-accel upgrade alone: probed, not drained up front.
+    assert hs.check(saved, "inputs-1", hs.state(watch, []), "code-2") == (
+        False, "the kube-accel code changed (variables, facts and host state did not)", True)
+    # Anything else beside it is a full run: variables or facts, drift, no record or a record of version 1 (its
+    # inputs digest folded the code in, so it cannot tell an upgrade from an inventory change).
+    assert hs.check(saved, "inputs-2", hs.state(watch, []), "code-2") == (
+        False, "inputs changed (variables or facts)", False)
+    assert hs.check(saved, "inputs-2", hs.state(watch, []), "code-1")[2] is False
+    conf.write_text("drifted\n")
+    assert hs.check(saved, "inputs-1", hs.state(watch, []), "code-2") == (
+        False, f"host changed since the last full run: {conf}", False)
+    assert hs.check(None, "inputs-1", hs.state(watch, []), "code-1") == (False, "no record of a full run", False)
+    assert hs.check({**saved, "version": 1}, "inputs-1", hs.state(watch, []), "code-1")[2] is False
+
+
+def test_code_digest_of_the_host_play_covers_its_role_list():
+    """The probe includes ansible/tasks/host_roles.yml: a change there is a code change like any other."""
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[2]
+    import yaml
+
+    code = yaml.safe_load((repo / "roles/host_state/defaults/main.yml").read_text())["host_state_code"]
+    assert any("ansible/tasks/host_roles.yml".startswith(c) for c in code)

@@ -2,14 +2,19 @@
 # make gpu-bundle: everything scripts/gpu-e2e.sh needs on a GPU host that has no network, into build/gpu-bundle
 # (the device tool carries it: `carry: [build/gpu-bundle]`), under 60 MiB.
 #   payload.tar.xz  bin/: kube (kube-apiserver, kube-controller-manager, kube-scheduler, kubelet and kubectl of
-#                   K8S_VERSION in one binary: scripts/kube, the lab's own), etcd, containerd + shim + ctr, runc (static,
-#                   seccomp), nvidia-ctk, nvidia-container-runtime, nvidia-cdi-hook, CNI loopback/ptp/host-local;
-#                   images/images.tar: the device plugin image built from the pinned k8s-device-plugin source
-#                   (nvidia-device-plugin, mps-control-daemon, config-manager), the CUDA probe and the pause image,
-#                   one docker-archive that `ctr images import` reads; SHA256SUMS.
-#   render/         what the cluster play installs for each pool of scripts/gpu_e2e/pools.yml (render.py).
-#   modules/        kube-accel's host modules as Ansible ships them to a host (AnsiballZ, Python stdlib only), their
-#                   arguments those of roles/container_toolkit for the e2e's paths (modules.yml).
+#                   K8S_VERSION in one binary: scripts/kube, the lab's own), etcd, containerd + shim, runc (static,
+#                   seccomp), nvidia-ctk, nvidia-container-runtime, nvidia-cdi-hook, helm, busybox; cni/: loopback,
+#                   ptp, host-local; images/images.tar: the device plugin image built from the pinned
+#                   k8s-device-plugin source (nvidia-device-plugin, mps-control-daemon, config-manager), the CUDA probe
+#                   and the pause image, one docker-archive that registry.py serves to containerd; modules/:
+#                   kube-accel's host modules as Ansible ships them to a host (AnsiballZ, Python stdlib only), their
+#                   arguments those of roles/container_toolkit for the e2e's paths (modules.yml); site/: Ansible for
+#                   the GPU host's Python (E2E_PYTHON_VERSION, default 3.12: Ubuntu 24.04, the lent GPU hosts) from
+#                   PyPI wheels of the versions this venv runs, and the collections site.yml needs (kube_accel.gpu as
+#                   `ansible-galaxy collection build` packs it, kubernetes.core); SHA256SUMS.
+#   render/         what the cluster play installs for each pool of scripts/gpu_e2e/pools.yml, and the inventory
+#                   site.yml runs with there (render.py).
+#   gpu-e2e.sh, check.py, registry.py.
 # Every build is cached by version under $KA_CACHE/gpu-bundle; a second call only repacks.
 # Usage: scripts/gpu-bundle.sh [OUTDIR]
 set -euo pipefail
@@ -82,12 +87,45 @@ install -m 0755 "$KA_CACHE/bin/etcd" "$stage/bin/etcd"
 v=${CONTAINERD2_VERSION#v} n=${NVIDIA_CTK_VERSION#v}
 install -m 0755 "$UP/containerd-$v" "$stage/bin/containerd"
 install -m 0755 "$UP/containerd-shim-runc-v2-$v" "$stage/bin/containerd-shim-runc-v2"
-install -m 0755 "$UP/ctr-$v" "$stage/bin/ctr"
 install -m 0755 "$runc" "$stage/bin/runc"
 install -m 0755 "$UP/nvidia-ctk-$n" "$stage/bin/nvidia-ctk"
 install -m 0755 "$UP/nvidia-container-runtime-$n" "$stage/bin/nvidia-container-runtime"
 install -m 0755 "$hook" "$stage/bin/nvidia-cdi-hook"
 install -m 0755 "$cni"/loopback "$cni"/ptp "$cni"/host-local "$stage/cni/"
+install -m 0755 "$C/images/busybox" "$stage/bin/busybox" # its ip applet where a host has no iproute2
+"$HERE/toolchain.sh" helm >/dev/null
+install -m 0755 "$KA_CACHE/bin/helm" "$stage/bin/helm"
+
+# site.yml on the GPU host: Ansible and the kubernetes client for its Python, at the versions this venv runs.
+PYV=${E2E_PYTHON_VERSION:-3.12}
+reqs=$("$VENV/bin/python" -m pip freeze 2>/dev/null | grep -iE '^(ansible-core|kubernetes|jsonschema|nvidia-ml-py|jinja2|pyyaml)==' | sort)
+prune="kubernetes/aio aiohttp* aiohappyeyeballs* aiosignal* frozenlist* multidict* propcache* yarl* ansible_test bin example.py
+  cryptography* cffi* _cffi_backend* pycparser* yaml/_yaml.*.so"
+py=$C/py-$PYV-$( (echo "$reqs"; echo "$prune") | sha256sum | cut -c1-12)
+if [ ! -d "$py" ]; then
+  log "Ansible for Python $PYV (wheels: $(echo "$reqs" | tr '\n' ' '))"
+  rm -rf "$C"/py-"$PYV"-* && mkdir -p "$py.tmp"
+  # shellcheck disable=SC2086 # one requirement per word
+  "$VENV/bin/python" -m pip install -q --target "$py.tmp" --python-version "$PYV" --implementation cp \
+    --only-binary=:all: --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --no-compile $reqs
+  # What site.yml never imports, for the 64 MiB a GPU host takes: the kubernetes client's asyncio half (and its HTTP
+  # stack), ansible-test, tests; cryptography (Ansible needs it only for vault) and PyYAML's C parser (pure Python
+  # PyYAML reads the same).
+  # shellcheck disable=SC2086 # one pattern per word
+  (cd "$py.tmp" && rm -rf $prune && find . -depth -type d \( -name tests -o -name __pycache__ \) -exec rm -rf {} +)
+  mv "$py.tmp" "$py"
+fi
+mkdir -p "$stage/site/collections/ansible_collections/kubernetes"
+cp -a "$py" "$stage/site/python"
+echo "$PYV" >"$stage/site/python-version"
+coll=$C/collection && rm -rf "$coll" && mkdir -p "$coll"
+"$VENV/bin/ansible-galaxy" collection build "$REPO" --output-path "$coll" >/dev/null
+# An installed collection is its build, unpacked (MANIFEST.json and FILES.json included).
+mkdir -p "$stage/site/collections/ansible_collections/kube_accel/gpu"
+tar -xzf "$coll"/*.tar.gz -C "$stage/site/collections/ansible_collections/kube_accel/gpu"
+site_packages=$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+cp -a "$site_packages/ansible_collections/kubernetes/core" "$stage/site/collections/ansible_collections/kubernetes/"
+find "$stage/site" -depth -type d -name __pycache__ -exec rm -rf {} +
 
 log "building the images"
 "$VENV/bin/python" "$HERE/gpu_e2e/images.py" "$C/images" "$stage/images/images.tar"
@@ -95,8 +133,10 @@ log "building the images"
 rm -rf "$OUT" && mkdir -p "$OUT"
 log "rendering the pools' releases"
 "$VENV/bin/python" "$HERE/gpu_e2e/render.py" "$OUT/render" gpu-e2e-node "$KA_CACHE/bin/helm"
+# Without a GPU (the lab test), site.yml's preflight reads this NVML stand-in (composed by hand, tests/data/nvml).
+cp "$REPO/tests/data/nvml/h100-80gb.json" "$OUT/render/nvml-stand-in.json"
 log "packing the host modules (AnsiballZ)"
-PATH="$stage/bin:$PATH" "$VENV/bin/python" "$HERE/gpu_e2e/modules.py" "$OUT/modules"
+PATH="$stage/bin:$PATH" "$VENV/bin/python" "$HERE/gpu_e2e/modules.py" "$stage/modules"
 
 (cd "$stage" && find . -type f ! -name SHA256SUMS -printf '%P\n' | sort | xargs sha256sum >SHA256SUMS)
 XZ_OPTS=(--x86 --lzma2=preset=9e,dict=256MiB -T1)
@@ -110,7 +150,7 @@ if [ ! -f "$payload" ]; then
   mv "$payload.tmp" "$payload"
 fi
 cp "$payload" "$OUT/payload.tar.xz"
-cp "$HERE/gpu-e2e.sh" "$HERE/gpu_e2e/check.py" "$C/images/busybox" "$OUT/"
+cp "$HERE/gpu-e2e.sh" "$HERE/gpu_e2e/check.py" "$HERE/gpu_e2e/registry.py" "$OUT/"
 (cd "$OUT" && find . -type f ! -name SHA256SUMS -printf '%P\n' | sort | xargs sha256sum >SHA256SUMS)
 size=$(du -sb "$OUT" | cut -f1)
 log "$OUT: $((size / 1024 / 1024)) MiB"

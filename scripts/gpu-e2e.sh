@@ -2,19 +2,25 @@
 # kube-accel end to end on one GPU host that has no network: a real single-node Kubernetes (etcd, kube-apiserver,
 # kube-controller-manager, kube-scheduler, kubelet of K8S_VERSION) on containerd 2.x with kube-accel's NVIDIA drop-in
 # and runtime settings (written by kube-accel's modules, as Ansible ships them), then for each pool of
-# scripts/gpu_e2e/pools.yml (pgpu, timeslice, mps): the node's labels and the releases the cluster play renders,
-# the upstream device plugin registering with the real kubelet, and CUDA pods (cuda-probe) reporting what they got.
+# scripts/gpu_e2e/pools.yml (pgpu, timeslice, mps): `ansible-playbook site.yml --tags preflight,cluster,verify` with
+# the bundle's Ansible (the node's labels, the releases, the switch from the previous pool, the verify Jobs), the
+# upstream device plugin registering with the real kubelet, and CUDA pods (cuda-probe) reporting what they got. Where
+# the bundle's Ansible does not fit this host's Python, or site.yml fails, the pool's labels and the releases
+# render.py rendered at bundle time are applied directly, so the pool is still checked (the failure is a verdict).
+# The hosts play is not run: this script owns containerd and the kubelet (started by PID, on a machine whose init may
+# not be systemd); the host side is kube-accel's modules, as Ansible ships them, above.
 # check.py turns what was seen into the verdicts (OUTDIR/summary.txt). Everything it started is stopped by PID.
 #
 # Usage (root): bash gpu-e2e.sh OUTDIR   (from the bundle folder `make gpu-bundle` writes: build/gpu-bundle)
 # Env: E2E_DRIVER_ROOT (where the driver lives: /usr/local/nvidia when it has bin/nvidia-smi, else /);
 #      E2E_NO_GPU=1 (a machine without a GPU: a stand-in CDI spec, no GPU resources expected; the lab test);
-#      E2E_POOLS (default: every pool the bundle rendered); E2E_BUSYBOX_IP=1 (busybox's ip even where iproute2 is); E2E_DEADLINE_S (default 420: no step starts later, none runs
+#      E2E_POOLS (default: every pool the bundle rendered); E2E_SITE=0 (apply the rendered releases, no site.yml); E2E_BUSYBOX_IP=1 (busybox's ip even where iproute2 is); E2E_DEADLINE_S (default 420: no step starts later, none runs
 #      past it + 30 s; then the cleanup).
 # Footprint: /tmp/kae2e (everything it writes), /var/lib/kubelet (the device-plugin socket folder is fixed there by
 # the plugin; removed when this run created it), /run/nvidia/mps (the MPS chart's hostPath, a shared bind mount),
 # 10.96.0.1/32 and 10.99.0.1/32 on lo (the kubernetes Service address the pods reach the API server on: there is no
-# kube-proxy; the node's address), veths of the pods (10.88.0.0/16).
+# kube-proxy; the node's address), veths of the pods (10.88.0.0/16), 127.0.0.1:5055 (the bundle's images as a
+# registry; E2E_REGISTRY_PORT).
 # No GPU setting is touched: the MPS daemon's compute-mode call is answered by the image's nvidia-smi shim.
 set -uo pipefail
 
@@ -27,7 +33,8 @@ NODE=gpu-e2e-node
 NS=kube-accel-e2e
 API_IP=10.96.0.1
 NODE_IP=10.99.0.1
-DEADLINE=${E2E_DEADLINE_S:-420}
+REGISTRY_PORT=${E2E_REGISTRY_PORT:-5055}
+DEADLINE=${E2E_DEADLINE_S:-480}
 NO_GPU=${E2E_NO_GPU:-0}
 if [ -n "${E2E_DRIVER_ROOT:-}" ]; then DRIVER_ROOT=$E2E_DRIVER_ROOT
 elif [ -x /usr/local/nvidia/bin/nvidia-smi ]; then DRIVER_ROOT=/usr/local/nvidia
@@ -52,7 +59,7 @@ step() {
   [ "$limit" -gt "$left" ] && limit=$left
   note "$name (limit ${limit}s)"
   if declare -F "$1" >/dev/null; then
-    timeout -k 3 "$limit" bash -c "$(declare -f); $(declare -p E BIN NODE NS API_IP DRIVER_ROOT NO_GPU OUT HERE GPUS MEM_MIB 2>/dev/null); export PATH KUBECONFIG; \"\$@\"" _ "$@" >"$OUT/logs/$name.txt" 2>&1
+    timeout -k 3 "$limit" bash -c "$(declare -f); $(declare -p E BIN NODE NS API_IP DRIVER_ROOT NO_GPU OUT HERE GPUS MEM_MIB SITE_ARGS APPLIED REGISTRY_PORT 2>/dev/null); export PATH KUBECONFIG; \"\$@\"" _ "$@" >"$OUT/logs/$name.txt" 2>&1
   else
     timeout -k 3 "$limit" "$@" >"$OUT/logs/$name.txt" 2>&1
   fi
@@ -161,7 +168,7 @@ export PATH=$BIN:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 export KUBECONFIG=$E/admin.kubeconfig
 # Some GPU hosts have no iproute2 (the lent H100 has none): busybox's ip applet does what this script needs.
 if [ "${E2E_BUSYBOX_IP:-0}" = 1 ] || ! command -v ip >/dev/null; then
-  ip() { "$HERE/busybox" ip "$@"; }
+  ip() { "$BIN/busybox" ip "$@"; }
   note "ip: busybox's applet"
 fi
 step versions 20 bash -c 'kube kubelet --version; etcd --version | head -1; containerd --version; runc --version | head -1; nvidia-ctk --version | head -1'
@@ -193,6 +200,7 @@ main_config() { # containerd's own default config (version 3 of 2.x), every host
     -e "s|'/etc/nri/conf.d'|'$E/nri/conf.d'|" \
     -e "s|'/run/containerd/containerd.sock'|'$E/containerd.sock'|" \
     -e "s|'/run/containerd/containerd.sock.ttrpc'|'$E/containerd.sock.ttrpc'|" \
+    -e "s|^\(  *\)config_path = ''|\1config_path = '$E/certs.d'|" \
     >"$E/etc/containerd/config.toml"
   ! grep -nE "'(/var/lib/containerd|/run/containerd|/etc/cni|/opt/cni|/etc/cdi|/var/run/cdi|/opt/containerd)" \
     "$E/etc/containerd/config.toml"
@@ -200,7 +208,7 @@ main_config() { # containerd's own default config (version 3 of 2.x), every host
 step containerd-config 20 main_config "$SNAP" "$OOM_RESTRICT" || exit 1
 # kube-accel's modules exactly as Ansible ships them to a host (AnsiballZ payloads, arguments embedded: those of
 # roles/container_toolkit for this run's paths; modules.yml in the bundle says which).
-run_module() { python3 "$HERE/modules/AnsiballZ_$1.py" | tee "$OUT/logs/module-$1.json"; python3 -c '
+run_module() { python3 "$E/modules/AnsiballZ_$1.py" | tee "$OUT/logs/module-$1.json"; python3 -c '
 import json, sys
 r = json.load(open(sys.argv[1]))
 print({k: r.get(k) for k in ("changed", "failed", "msg", "validated")})
@@ -241,15 +249,29 @@ cat >"$E/cni/net.d/10-e2e.conflist" <<EOF
    "ipam": {"type": "host-local", "ranges": [[{"subnet": "10.88.0.0/16"}]], "routes": [{"dst": "0.0.0.0/0"}],
             "dataDir": "$E/cni/ipam"}}]}
 EOF
+start registry python3 "$HERE/registry.py" "$E/images/images.tar" "$REGISTRY_PORT"
 start containerd env NVIDIA_CTK_CONFIG_FILE_PATH="$NVIDIA_CTK_CONFIG_FILE_PATH" \
   containerd --config "$E/etc/containerd/config.toml" --log-level info
 wait_for() { # wait_for SECONDS CMD...: until CMD succeeds
   local until=$(($(date +%s) + $1)); shift
   until "$@" >/dev/null 2>&1; do [ "$(date +%s)" -ge "$until" ] && return 1; sleep 0.5; done
 }
-wait_for 30 ctr -a "$E/containerd.sock" version || { record containerd "FAIL: not up in 30 s"; exit 1; }
+wait_for 30 test -S "$E/containerd.sock" || { record containerd "FAIL: not up in 30 s"; exit 1; }
 step containerd-dump 20 bash -c "containerd --config $E/etc/containerd/config.toml config dump | grep -A8 'runtimes.nvidia\]'"
-step images 120 ctr -a "$E/containerd.sock" -n k8s.io images import --no-unpack=false "$E/images/images.tar" || exit 1
+# The images: pulled by containerd itself (the kubelet's path), from the bundle's archive served on 127.0.0.1 as the
+# registry kube-accel.e2e (hosts.toml, as a site's mirror is configured).
+mkdir -p "$E/certs.d/kube-accel.e2e"
+cat >"$E/certs.d/kube-accel.e2e/hosts.toml" <<EOF
+server = "http://127.0.0.1:$REGISTRY_PORT"
+[host."http://127.0.0.1:$REGISTRY_PORT"]
+  capabilities = ["pull", "resolve"]
+EOF
+registry_up() {
+  wait_for 60 grep -q '^ready' "$OUT/logs/registry.log" && cat "$OUT/logs/registry.log" &&
+    python3 -c 'import sys, urllib.request as u; [print(t, u.urlopen("http://127.0.0.1:%s/v2/%s" % (sys.argv[1], t.replace(":", "/manifests/"))).status) for t in sys.argv[2:]]' \
+      "$REGISTRY_PORT" nvidia/k8s-device-plugin:v0.20.0 cuda-probe:1 pause:1
+}
+step images 70 registry_up || exit 1
 
 # The MPS chart mounts its root with Bidirectional propagation, which needs the host path on a shared mount; systemd
 # makes / shared at boot, this machine's init may not: a shared bind of the MPS root alone, undone by the cleanup.
@@ -385,7 +407,11 @@ run_pool() {
   local pool=$1 dir=$OUT/pools/$1 r
   mkdir -p "$dir"
   cp "$HERE/render/$pool/expect.json" "$HERE/render/$pool/node.json" "$dir/"
-  kubectl apply --server-side -f "$HERE/render/$pool/manifests.yaml" >"$dir/apply.txt" 2>&1 || return 1
+  if [ "${APPLIED:-0}" = 1 ]; then
+    kubectl -n kube-accel get ds -o wide >"$dir/apply.txt" 2>&1 # site.yml installed the releases
+  else
+    kubectl apply --server-side --force-conflicts -f "$HERE/render/$pool/manifests.yaml" >"$dir/apply.txt" 2>&1 || return 1
+  fi
   local res per
   res=$(python3 -c 'import json,sys; print(next(iter(json.load(open(sys.argv[1]))["request"])))' "$dir/expect.json")
   per=$(python3 -c 'import json,sys; print(next(iter(json.load(open(sys.argv[1]))["per_gpu"].values())))' "$dir/expect.json")
@@ -436,13 +462,65 @@ run_pool() {
   fi
   kubectl -n "$NS" delete pods -l kube-accel.e2e/pool="$pool" --wait=true --timeout=60s >/dev/null 2>&1
 }
+# site.yml with the bundle's Ansible (wheels for one Python version: the GPU hosts').
+SITE=0
+SITE_ARGS=()
+if [ "${E2E_SITE:-1}" = 1 ] && [ -f "$E/site/python-version" ]; then
+  host_py=$(python3 -c 'import sys; print("%d.%d" % sys.version_info[:2])')
+  if [ "$host_py" = "$(cat "$E/site/python-version")" ]; then
+    SITE=1
+    mkdir -p "$E/ansible/tmp"
+    cat >"$E/ansible/ansible.cfg" <<EOF
+[defaults]
+collections_path = $E/site/collections
+interpreter_python = auto_silent
+local_tmp = $E/ansible/tmp
+remote_tmp = $E/ansible/tmp
+retry_files_enabled = false
+stdout_callback = default
+callback_result_format = yaml
+nocows = true
+EOF
+    # The plan's driver is the host's: its branch from nvidia-smi; without a GPU, the named NVML stand-in's.
+    if [ "$NO_GPU" = 1 ]; then
+      SITE_ARGS=(-e "accel_nvml_snapshot=$HERE/render/nvml-stand-in.json")
+      branch=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["nvml"]["driver_version"].split(".")[0])' "$HERE/render/nvml-stand-in.json")
+    else
+      branch=$(cut -d, -f5 "$OUT/host-gpus.csv" | head -1 | tr -d ' ' | cut -d. -f1)
+    fi
+    SITE_ARGS+=(-e "accel_driver_branch=$branch")
+  else
+    record site "SKIPPED: the bundle's Ansible is for Python $(cat "$E/site/python-version"), this host runs $host_py"
+  fi
+fi
+site_pool() { # site_pool POOL: kube-accel's own play for the node in POOL (the previous pool's release goes with it)
+  local tags=preflight,cluster,verify
+  [ "$NO_GPU" = 1 ] && tags=preflight,cluster # verify fails without a GPU: the node advertises none
+  # NVML for the facts module where the driver lives outside the loader's paths (/usr/local/nvidia on the lent hosts).
+  local libs=""
+  [ "$DRIVER_ROOT" != / ] && libs=$DRIVER_ROOT/lib64:$DRIVER_ROOT/lib
+  ANSIBLE_CONFIG=$E/ansible/ansible.cfg PYTHONPATH=$E/site/python ANSIBLE_FORCE_COLOR=0 \
+    LD_LIBRARY_PATH=${libs}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} PATH=$PATH:$DRIVER_ROOT/bin \
+    python3 -m ansible.cli.playbook -i "$HERE/render/$1/inventory.yml" \
+    "$E/site/collections/ansible_collections/kube_accel/gpu/ansible/site.yml" --tags "$tags" "${SITE_ARGS[@]}"
+}
 PREV=""
 for pool in $POOLS; do
-  step "label-$pool" 20 label_node "$pool" "$PREV"
+  mkdir -p "$OUT/pools/$pool"
+  APPLIED=0
+  if [ "$SITE" = 1 ] && step "site-$pool" 200 site_pool "$pool"; then
+    APPLIED=1
+  else
+    [ "$SITE" = 1 ] && note "site.yml failed for $pool: applying the rendered releases instead (the failure is a verdict)"
+    step "label-$pool" 20 label_node "$pool" "$PREV"
+  fi
   PREV=$pool
   step "pool-$pool" 240 run_pool "$pool"
-  # The next pool starts from an empty namespace, as a node leaving one pool for another would (drained first).
-  kubectl delete -f "$HERE/render/$pool/manifests.yaml" --ignore-not-found --wait=true --timeout=90s \
-    >"$OUT/pools/$pool/delete.txt" 2>&1
+  # Without site.yml, the next pool starts from an empty namespace, as a node leaving one pool for another would
+  # (drained first); with it, the next site.yml run switches the node (drain, labels, releases).
+  if [ "$APPLIED" = 0 ]; then
+    kubectl delete -f "$HERE/render/$pool/manifests.yaml" --ignore-not-found --wait=true --timeout=90s \
+      >"$OUT/pools/$pool/delete.txt" 2>&1
+  fi
 done
 record RESULT "see the verdicts below"

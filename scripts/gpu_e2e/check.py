@@ -11,6 +11,8 @@ Per pool (expect.json is what kube-accel promised, from its own code at bundle t
 - tenant (pgpu): a pod that requests no GPU but sets NVIDIA_VISIBLE_DEVICES=all on the nvidia RuntimeClass gets none
   (kube-accel's runtime setting, issue 31).
 Without a GPU (E2E_NO_GPU=1): the agents' DaemonSets rolled out on the real kubelet and the node advertises none.
+- site (where the bundle's Ansible ran): ``ansible-playbook site.yml`` (preflight, cluster and, with a GPU, verify
+  with its CUDA Jobs) ended with rc 0 and no failed task; its verify table is quoted.
 
 Usage: check.py OUTDIR
 """
@@ -154,6 +156,25 @@ def check_pool(v: Verdicts, out: Path, pool: str, gpus: list[dict], no_gpu: bool
         check_tenant(v, d, pool, f"{REAL}, NVIDIA runtime with kube-accel's config")
 
 
+def check_site(v: Verdicts, out: Path, pool: str, no_gpu: bool) -> None:
+    log = out / "logs" / f"site-{pool}.txt"
+    if not log.exists():
+        return  # this run applied the rendered releases (E2E_SITE=0 or a bundle without Ansible)
+    text = log.read_text()
+    rc = step_rc(out, f"site-{pool}")
+    recap = re.findall(r"^(\S+)\s+:\s+ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", text, re.M)
+    bad = [h for h, _, _, unreachable, failed in recap if int(unreachable) or int(failed)]
+    # The verify summary's row of this pool: pool, mode, nodes, labels, daemonset, allocatable, job..., result.
+    row = re.search(rf"^\s*-\s+'?({re.escape(pool)}\s+\S+\s+\d+\s+.*?\s(PASS|FAIL))'?\s*$", text, re.M)
+    verified = no_gpu or bool(row and row.group(2) == "PASS")
+    plays = "preflight, cluster" + ("" if no_gpu else ", verify (a CUDA Job in the pool)")
+    v.add(rc == 0 and bool(recap) and not bad and verified, pool, "site",
+          f"ansible-playbook site.yml ({plays}): rc={rc}; "
+          + "; ".join(f"{h} ok={ok} changed={ch} failed={f}" for h, ok, ch, _, f in recap)
+          + ("" if no_gpu else "; verify: " + (" ".join(row.group(1).split()) if row else "no row for the pool")),
+          "kube-accel's play, real kubelet" + ("" if no_gpu else ", real GPU"))
+
+
 def check_tenant(v: Verdicts, d: Path, pool: str, evidence: str) -> None:
     """The pod ran (the runtime's CDI path worked) and its probe found no GPU."""
     attack = load(d / "attack-envvar.json")
@@ -213,6 +234,7 @@ def main() -> None:
     if not pools:
         v.add(False, "cluster", "pools", "no pool ran", "gpu-e2e.sh")
     for pool in pools:
+        check_site(v, out, pool, no_gpu)
         check_pool(v, out, pool, gpus, no_gpu)
     print("\n".join(v.lines))
     print(f"RESULT {'FAIL' if v.failed else 'PASS'} ({'no GPU: ' if no_gpu else ''}{len(v.lines)} checks)")

@@ -3,11 +3,12 @@
 values (accel_chart_values.pool_releases, the code behind the play's accel_pool_releases filter) through the repo's
 own charts with helm, the node's labels and taints (accel_pools.desired_nodes, behind accel_desired_nodes), the
 RuntimeClass roles/pool_charts creates, and what the node must then advertise (accel_pools.advertised_resources,
-behind the verify module's expectations). scripts/gpu-e2e.sh applies these on a GPU host that has no helm and no
-Ansible; the whole play on that host is the next step (issue 32).
+behind the verify module's expectations), and the inventory ``site.yml`` runs with on the GPU host itself.
+scripts/gpu-e2e.sh runs site.yml with that inventory where the bundle's Ansible fits the host's Python, and applies
+the rendered manifests itself where it does not (or where site.yml failed: the pools are still checked).
 
 Usage: render.py OUTDIR NODE_NAME [HELM]
-Writes OUTDIR/<pool>/{manifests.yaml,node.json,expect.json} and OUTDIR/pools.txt.
+Writes OUTDIR/<pool>/{manifests.yaml,node.json,expect.json,inventory.yml} and OUTDIR/pools.txt.
 """
 
 from __future__ import annotations
@@ -36,6 +37,33 @@ def checked(name: str, value) -> None:
         raise SystemExit(f"pools.yml: {name}={value!r}: " + "; ".join(p for _, p in problems))
 
 
+# Where gpu-e2e.sh keeps its cluster (its E: the bundle unpacks there).
+E2E_ROOT = "/tmp/kae2e"
+
+
+def inventory(node: str, settings: dict, cluster: dict) -> dict:
+    """One control-plane host (this machine, local connection) and the node in its pool. The driver branch and, on a
+    machine without a GPU, the NVML stand-in come as extra variables: they are the host's, known only there."""
+    local = {"ansible_connection": "local", "ansible_python_interpreter": "{{ ansible_playbook_python }}"}
+    return {"all": {
+        "vars": {
+            **cluster,
+            "accel_kubeconfig": f"{E2E_ROOT}/admin.kubeconfig",
+            # The verify Jobs run the bundle's CUDA probe (no registry is reachable): exit 0 only after a kernel ran.
+            "pool_verify_job_image": f"{cluster['accel_image_registry']}/cuda-probe:1",
+            "pool_verify_job_command": ["cuda-probe"],
+            # One node: what it advertises settles in seconds; the e2e's deadline is minutes for three pools.
+            "pool_verify_settle_timeout": 90,
+            "pool_verify_job_timeout": 90,
+        },
+        "children": {
+            "kube_control_plane": {"hosts": {"e2e-control-plane": local}},
+            # A pool is a group under gpu_pools (README "Inventory"): pool_<name>, holding the node.
+            "gpu_pools": {"children": {f"pool_{settings['accel_pool']}": {"hosts": {node: {**local, **settings}}}}},
+        },
+    }}
+
+
 def render_pool(out: Path, node: str, pool: str, settings: dict, cluster: dict, helm: str) -> None:
     for name, value in settings.items():
         checked(name, value)
@@ -57,6 +85,7 @@ def render_pool(out: Path, node: str, pool: str, settings: dict, cluster: dict, 
     target = out / pool
     target.mkdir(parents=True, exist_ok=True)
     (target / "manifests.yaml").write_text(yaml.safe_dump_all([ns, *docs], sort_keys=False))
+    (target / "inventory.yml").write_text("---\n" + yaml.safe_dump(inventory(node, settings, cluster), sort_keys=False))
     (target / "node.json").write_text(json.dumps(accel_pools.desired_nodes(pools)[node], indent=1) + "\n")
     full = accel_pools.pool_settings(settings)
     per_gpu = accel_pools.advertised_resources(full, 1, 0)

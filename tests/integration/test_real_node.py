@@ -2,9 +2,14 @@
 
 `make gpu-bundle` (fast compression) builds the bundle; gpu-e2e.sh then starts etcd, kube-apiserver,
 kube-controller-manager, kube-scheduler and a kubelet on containerd 2.x with kube-accel's NVIDIA drop-in and runtime
-settings (kube-accel's modules, as Ansible ships them), and for each pool of scripts/gpu_e2e/pools.yml applies the
-node's labels and the releases the cluster play renders. Evidence: real kubelet, containerd, runc, CNI ptp; the only
-stand-in is the CDI spec (no GPU: it gives containers none). What must hold here:
+settings (kube-accel's modules, as Ansible ships them), and for each pool of scripts/gpu_e2e/pools.yml runs
+`ansible-playbook site.yml --tags preflight,cluster` with the bundle's own Ansible (built here for this machine's
+Python; a GPU host's bundle carries its Python's). Evidence: real kubelet, containerd, runc, CNI ptp, kube-accel's
+play; the stand-ins are the CDI spec (no GPU: it gives containers none) and the preflight's NVML view (a snapshot
+from tests/data/nvml). What must hold here:
+
+- site.yml, with the bundle's Ansible and collections only, passes its preflight on the node, labels it, installs the
+  pool's release, and switches the node from one pool to the next (cordon, drain, relabel, the old release removed);
 
 - the node registers and is Ready; every release's DaemonSets roll out on it (image, RuntimeClass handler, mounts,
   service account and the API server through the kubernetes Service address, config-manager);
@@ -33,7 +38,11 @@ def run(tmp_path_factory):
     if os.geteuid() != 0:
         pytest.skip("gpu-e2e.sh runs a kubelet: root only")
     bundle = tmp_path_factory.mktemp("bundle") / "gpu-bundle"
-    env = {**os.environ, "XZ_FAST": "1", "PATH": f"/usr/local/go/bin:{os.environ['PATH']}"}
+    # The bundle's Ansible is for the Python gpu-e2e.sh finds (its PATH has no pyenv or venv): this machine's.
+    base_path = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+    py = subprocess.run(["python3", "-c", "import sys; print('%d.%d' % sys.version_info[:2])"], env={"PATH": base_path},
+                        capture_output=True, text=True, check=True).stdout.strip()
+    env = {**os.environ, "XZ_FAST": "1", "PATH": f"/usr/local/go/bin:{os.environ['PATH']}", "E2E_PYTHON_VERSION": py}
     subprocess.run([str(REPO / "scripts" / "gpu-bundle.sh"), str(bundle)], env=env, check=True, timeout=1800)
     out = tmp_path_factory.mktemp("e2e")
     proc = subprocess.run(["bash", str(bundle / "gpu-e2e.sh"), str(out)], capture_output=True, text=True, check=False,
@@ -53,6 +62,21 @@ def test_every_check_passes(run):
     for pool in ("pgpu", "timeslice", "mps"):
         agents = next(line for line in lines if line.startswith(f"PASS {pool} agents"))
         assert "did NOT load" not in agents and "loaded its config" in agents
+
+
+def test_site_yml_ran_each_pool_and_switched_the_node(run):
+    out, _ = run
+    lines = verdicts(out)
+    for pool in ("pgpu", "timeslice", "mps"):
+        site = next(line for line in lines if line.startswith(f"PASS {pool} site: ansible-playbook site.yml"))
+        assert "failed=0" in site and "real kubelet" in site, site
+    log = (out / "logs" / "site-timeslice.txt").read_text()
+    # pgpu -> timeslice on a node with a real kubelet: drained before its labels changed, the pgpu release removed.
+    order = [log.index(task) for task in ("Drain the node", "Reconcile the labels and taints",
+                                          "Uninstall the releases no pool or setting needs", "Uncordon the node")]
+    assert order == sorted(order), order
+    assert "kube-accel-pgpu" in log[log.index("Uninstall the releases no pool"):]
+    assert "/tmp/kae2e/site/python" in (out / "run.log").read_text() or "site-pgpu" in (out / "summary.txt").read_text()
 
 
 def test_agents_stop_only_at_nvml(run):

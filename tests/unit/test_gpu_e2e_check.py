@@ -185,3 +185,32 @@ def test_recorded_h200_run_keeps_every_promise(tmp_path, capsys, monkeypatch):
     assert len(threads) == 4 and all("kernel on 32, of 132" in line for line in threads), threads
     memory = [line for line in lines if line.startswith("PASS mps mps-memory")]
     assert len(memory) == 4 and all("CUDA_ERROR_OUT_OF_MEMORY" in line for line in memory), memory
+
+
+def test_recorded_h200_site_run(tmp_path, capsys, monkeypatch):
+    """`ansible-playbook site.yml` on the real node (H200, 2026-11-26; records in tests/data/gpu-e2e): each pool's run
+    passed its preflight on real NVML, switched the node from the previous pool and verified it with a CUDA Job. The
+    site verdict reads the play's recap and the verify table's row; a failed task or a failed row is a FAIL."""
+    import tarfile
+
+    with tarfile.open(REPO / "tests" / "data" / "gpu-e2e" / "h200-2026-11-26-site.tar.xz") as tar:
+        tar.extractall(tmp_path, filter="data")
+    out = tmp_path / "e2e-out"
+    lines = run_check(out, capsys, monkeypatch)
+    assert lines[-1] == "RESULT PASS (26 checks)", lines
+    for pool in ("pgpu", "timeslice", "mps"):
+        site = next(line for line in lines if line.startswith(f"PASS {pool} site:"))
+        assert f"verify: {pool} {pool} 1 ok ok ok completed on gpu-e2e-node PASS" in site, site
+        assert "real GPU" in site
+    assert "plan OK (1 GPU(s); source nvml)" in (out / "logs" / "site-pgpu.txt").read_text()
+
+    log = out / "logs" / "site-mps.txt"
+    log.write_text(log.read_text().replace("completed on gpu-e2e-node  PASS", "failed on gpu-e2e-node     FAIL"))
+    lines = run_check(out, capsys, monkeypatch)
+    assert any(line.startswith("FAIL mps site:") and "FAIL" in line.split("verify:")[1] for line in lines), lines
+    log = out / "logs" / "site-pgpu.txt"
+    recap = "gpu-e2e-node               : ok=10   changed=0    unreachable=0    failed="
+    log.write_text(log.read_text().replace(recap + "0", recap + "1"))
+    lines = run_check(out, capsys, monkeypatch)
+    assert any(line.startswith("FAIL pgpu site:") and "failed=1" in line for line in lines), lines
+    assert lines[-1].startswith("RESULT FAIL")

@@ -153,3 +153,18 @@ def merge(text: str | None, settings: dict, path: str = DEFAULT_PATH) -> str:
         raise ValueError(f"{path}: setting {', '.join(settings)} in place would change other keys too; nothing "
                          "written (set them with nvidia-ctk config --set, then run again)")
     return result
+
+
+def holds_only(text: str | None, settings: dict) -> bool:
+    """Whether the file holds exactly ``settings`` and nothing else: what ``merge`` writes where there was no file.
+
+    decommission removes such a file (kube-accel created it: no toolkit package wrote one); a file with anything
+    more is the toolkit's or its owner's, and stays.
+    """
+    check_settings(settings)
+    if text is None:
+        return False
+    try:
+        return loads(text) == settings
+    except Exception:  # noqa: BLE001 -- not TOML: not what kube-accel wrote
+        return False

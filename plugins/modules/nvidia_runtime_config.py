@@ -17,12 +17,20 @@ description:
     otherwise the module fails and writes nothing. A file that is not valid TOML is refused, untouched.
   - A missing file is created holding only the given keys (the runtime takes every other setting from its
     built-in defaults; the toolkit package's postinst, C(nvidia-ctk config --in-place), keeps them).
+  - With O(state=absent) (ansible/decommission.yml) the file is removed only when it holds exactly the given
+    settings and nothing else, i.e. when this module created it; any other file is left as it is (RV(kept)).
 author: kube-accel contributors (@kube-accel)
 options:
   path:
     type: path
     default: /etc/nvidia-container-runtime/config.toml
     description: The toolkit's config file.
+  state:
+    type: str
+    choices: [present, absent]
+    default: present
+    description:
+      - C(present) sets the keys; C(absent) removes a file that holds only these settings (one this module created).
   settings:
     type: dict
     required: true
@@ -47,18 +55,42 @@ EXAMPLES = r"""
     settings:
       accept-nvidia-visible-devices-envvar-when-unprivileged: false
       accept-nvidia-visible-devices-as-volume-mounts: true
+
+- name: Remove the config only where kube-accel created it (no toolkit package wrote one)
+  kube_accel.gpu.nvidia_runtime_config:
+    state: absent
+    settings:
+      accept-nvidia-visible-devices-envvar-when-unprivileged: false
+      accept-nvidia-visible-devices-as-volume-mounts: true
 """
 
 RETURN = r"""
 path: {type: str, returned: always, description: The file.}
 created: {type: bool, returned: always, description: Whether the file did not exist before.}
+kept:
+  type: bool
+  returned: always
+  description: O(state=absent) only - the file exists but holds more than the given settings, so it stays.
 """
 
 import os
 import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_runtime_config import merge
+from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_runtime_config import holds_only, merge
+
+
+def remove(module, path, old):
+    """state=absent: remove the file only where it holds nothing but the settings (this module created it)."""
+    try:
+        ours = holds_only(old, module.params["settings"])
+    except ValueError as e:
+        module.fail_json(msg=f"nvidia_runtime_config: {e}")
+    if ours and not module.check_mode:
+        os.unlink(path)
+    module.exit_json(changed=ours, path=path, created=False, kept=old is not None and not ours,
+                     diff=dict(before_header=path, after_header=path, before=old or "",
+                               after="" if ours else old or ""))
 
 
 def main():
@@ -66,6 +98,7 @@ def main():
         argument_spec=dict(
             path=dict(type="path", default="/etc/nvidia-container-runtime/config.toml"),
             settings=dict(type="dict", required=True),
+            state=dict(type="str", choices=["present", "absent"], default="present"),
         ),
         supports_check_mode=True,
     )
@@ -77,6 +110,8 @@ def main():
         old = None
     except OSError as e:
         module.fail_json(msg=f"nvidia_runtime_config: cannot read {path}: {e}")
+    if module.params["state"] == "absent":
+        remove(module, path, old)
     try:
         new = merge(old, module.params["settings"], path)
     except (ValueError, RuntimeError) as e:
@@ -93,7 +128,7 @@ def main():
         os.chmod(tmp, mode)
         module.atomic_move(tmp, path)
         os.chmod(path, mode)  # atomic_move gives a new file the umask's mode
-    module.exit_json(changed=changed, path=path, created=old is None,
+    module.exit_json(changed=changed, path=path, created=old is None, kept=False,
                      diff=dict(before_header=path, after_header=path, before=old or "", after=new))
 
 

@@ -9,7 +9,7 @@ import tomllib
 
 import pytest
 from ansible.module_utils.testing import patch_module_args
-from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_runtime_config import merge
+from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_runtime_config import holds_only, merge
 from ansible_collections.kube_accel.gpu.plugins.modules import nvidia_runtime_config as mod
 
 ENVVAR = "accept-nvidia-visible-devices-envvar-when-unprivileged"
@@ -100,8 +100,9 @@ def test_bad_settings_name_the_key_and_what_is_allowed(settings, message):
         merge(PACKAGED, settings)
 
 
-def run(path, capsys, check=False, **settings):
-    args = {"path": str(path), "settings": settings or SETTINGS, "_ansible_check_mode": check, "_ansible_diff": True}
+def run(path, capsys, check=False, state="present", **settings):
+    args = {"path": str(path), "settings": settings or SETTINGS, "state": state, "_ansible_check_mode": check,
+            "_ansible_diff": True}
     with patch_module_args(args), pytest.raises(SystemExit) as exc:
         mod.main()
     return exc.value.code, json.loads(capsys.readouterr().out)
@@ -137,3 +138,29 @@ def test_module_fails_on_a_broken_file_and_leaves_it(tmp_path, capsys):
     rc, out = run(path, capsys)
     assert rc == 1 and "is not valid TOML" in out["msg"] and str(path) in out["msg"]
     assert path.read_text() == "[nvidia-container-runtime\n"
+
+
+def test_holds_only_the_settings_is_what_kube_accel_created():
+    assert holds_only(merge(None, SETTINGS), SETTINGS)
+    assert holds_only(merge("", SETTINGS), SETTINGS)
+    assert not holds_only(None, SETTINGS)
+    assert not holds_only(merge(PACKAGED, SETTINGS), SETTINGS)  # the toolkit's file, hardened
+    assert not holds_only(merge(None, {ENVVAR: False}), SETTINGS)  # one key short
+    assert not holds_only(f"{ENVVAR} = true\n{MOUNTS} = true\n", SETTINGS)  # a value changed since
+    assert not holds_only("[broken\n", SETTINGS)
+
+
+def test_absent_removes_only_a_file_kube_accel_created_and_check_mode_tells_the_truth(tmp_path, capsys):
+    ours = tmp_path / "ours.toml"
+    rc, out = run(ours, capsys)
+    rc, out = run(ours, capsys, check=True, state="absent")
+    assert rc == 0 and out["changed"] and ours.exists() and out["diff"]["after"] == ""
+    rc, out = run(ours, capsys, state="absent")
+    assert rc == 0 and out["changed"] and not out["kept"] and not ours.exists()
+    rc, out = run(ours, capsys, state="absent")
+    assert rc == 0 and not out["changed"] and not out["kept"]  # a second decommission finds nothing
+
+    packaged = tmp_path / "packaged.toml"
+    packaged.write_text(merge(PACKAGED, SETTINGS))
+    rc, out = run(packaged, capsys, state="absent")
+    assert rc == 0 and not out["changed"] and out["kept"] and packaged.read_text() == merge(PACKAGED, SETTINGS)

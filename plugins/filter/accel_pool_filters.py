@@ -92,9 +92,9 @@ def accel_cluster_problems(pools, cluster):
     return accel_chart_values.cluster_problems(pools, cluster)
 
 
-def accel_pool_releases(pools, cluster, prefix=accel_chart_values.RELEASE_PREFIX, chart_dir=""):
-    """Pools grouped into releases with their chart values (accel_chart_values.pool_releases)."""
-    return accel_chart_values.pool_releases(pools, cluster, prefix, chart_dir)
+def accel_pool_releases(pools, cluster, prefix=accel_chart_values.RELEASE_PREFIX, chart_dir="", timeout=""):
+    """Pools grouped into releases with their chart values and helm timeouts (accel_chart_values.pool_releases)."""
+    return accel_chart_values.pool_releases(pools, cluster, prefix, chart_dir, str(timeout or ""))
 
 
 def accel_desired_releases(pools, namespace, others=None):

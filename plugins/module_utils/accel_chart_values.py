@@ -9,7 +9,9 @@ serves them.
 from __future__ import annotations
 
 import copy
+import math
 import os
+import re
 from typing import Any
 
 from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_constants import LABELS, RUNTIME_CLASS
@@ -109,11 +111,47 @@ def chart_for(key: str) -> str:
     return "vgpu" if key.startswith("vgpu-") else key
 
 
-def pool_releases(pools: list[dict[str, Any]], cluster: dict[str, Any], prefix: str = RELEASE_PREFIX,
-                  chart_dir: str = "") -> list[dict[str, Any]]:
-    """Pools grouped into releases: [{name, key, chart, values, pools}], sorted by key.
+# The charts' rollingUpdate.maxUnavailable default (charts/{pgpu,mps,vgpu}/values.yaml): node agents restarted at once.
+DEFAULT_MAX_UNAVAILABLE = "10%"
+# helm --wait of a release: this much for the release itself, plus ROLLOUT_BATCH_S for each batch of maxUnavailable
+# nodes whose agent pods are replaced one batch after the other (pull, start, readiness of one pod).
+ROLLOUT_BASE_S = 300
+ROLLOUT_BATCH_S = 60
 
-    ``chart`` is the chart's directory name under charts/, or its path under ``chart_dir`` when given.
+
+def max_unavailable_nodes(max_unavailable: int | str, nodes: int) -> int:
+    """Nodes a DaemonSet rolls at once: a count, or "N%" of ``nodes`` rounded up as the DaemonSet controller does
+    (intstr.GetScaledValueFromIntOrPercent with roundUp); at least 1."""
+    if isinstance(max_unavailable, bool):
+        raise ValueError(f"maxUnavailable must be an integer >= 1 or a percentage 'N%', not {max_unavailable!r}")
+    if isinstance(max_unavailable, int):
+        count = max_unavailable
+    else:
+        match = re.fullmatch(r"\s*(\d+)\s*%\s*", str(max_unavailable))
+        if match:
+            count = math.ceil(max(nodes, 0) * int(match.group(1)) / 100)
+        elif str(max_unavailable).strip().isdigit():
+            count = int(max_unavailable)
+        else:
+            raise ValueError(f"maxUnavailable must be an integer >= 1 or a percentage 'N%', not {max_unavailable!r}")
+    return max(count, 1)
+
+
+def rollout_timeout(nodes: int, max_unavailable: int | str = DEFAULT_MAX_UNAVAILABLE, base_s: int = ROLLOUT_BASE_S,
+                    batch_s: int = ROLLOUT_BATCH_S) -> str:
+    """helm's --timeout for a release whose node agents run on ``nodes`` nodes, as a Go duration ("900s"): ``base_s``
+    plus ``batch_s`` per batch of ``max_unavailable`` nodes, so that a rollout over hundreds of nodes is not cut off
+    (and rolled back) by a timeout sized for a few."""
+    batches = math.ceil(max(nodes, 0) / max_unavailable_nodes(max_unavailable, nodes))
+    return f"{base_s + batches * batch_s}s"
+
+
+def pool_releases(pools: list[dict[str, Any]], cluster: dict[str, Any], prefix: str = RELEASE_PREFIX,
+                  chart_dir: str = "", timeout: str = "") -> list[dict[str, Any]]:
+    """Pools grouped into releases: [{name, key, chart, values, pools, timeout}], sorted by key.
+
+    ``chart`` is the chart's directory name under charts/, or its path under ``chart_dir`` when given. ``timeout``:
+    helm's --timeout of every release; "" gives each one ``rollout_timeout`` of its pools' nodes.
     """
     grouped: dict[str, list] = {}
     for pool in pools:
@@ -123,12 +161,16 @@ def pool_releases(pools: list[dict[str, Any]], cluster: dict[str, Any], prefix: 
         members = grouped[key]
         memory = {p["pool"]: p.get("gpu_memory_mib", 0) for p in members}
         chart = chart_for(key)
+        values = release_values(key, members, cluster, memory)
+        nodes = len({h for p in members for h in p.get("hosts") or []})
+        max_unavailable = (values.get("rollingUpdate") or {}).get("maxUnavailable", DEFAULT_MAX_UNAVAILABLE)
         releases.append({
             "name": f"{prefix}-{key}",
             "key": key,
             "chart": os.path.join(chart_dir, chart) if chart_dir else chart,
-            "values": release_values(key, members, cluster, memory),
+            "values": values,
             "pools": [p["pool"] for p in members],
+            "timeout": timeout or rollout_timeout(nodes, max_unavailable),
         })
     return releases
 

@@ -435,8 +435,9 @@ def _converge(helm: Helm, spec: ReleaseSpec, deployed: Deployed | None, recovery
 
 
 def release_specs(items: Sequence[dict], **shared: Any) -> list[ReleaseSpec]:
-    """ReleaseSpecs from dicts with ``name``, ``chart`` and optionally ``values``, ``chart_version``, ``namespace``
-    (other keys are ignored); ``shared`` gives the rest (namespace, wait, timeout, atomic, create_namespace)."""
+    """ReleaseSpecs from dicts with ``name``, ``chart`` and optionally ``values``, ``chart_version``, ``namespace``,
+    ``timeout`` (other keys are ignored); ``shared`` gives the rest (namespace, wait, timeout, atomic,
+    create_namespace): a release's own namespace or timeout wins over the shared one."""
     specs, problems, seen = [], [], set()
     for index, item in enumerate(items):
         name, chart = item.get("name"), item.get("chart")
@@ -450,6 +451,7 @@ def release_specs(items: Sequence[dict], **shared: Any) -> list[ReleaseSpec]:
         seen.add(name)
         specs.append(ReleaseSpec(**{**shared, "name": str(name), "chart": str(chart),
                                     "namespace": str(item.get("namespace") or shared["namespace"]),
+                                    "timeout": str(item.get("timeout") or shared.get("timeout", "5m")),
                                     "chart_version": item.get("chart_version"), "values": item.get("values") or {}}))
     if problems:
         raise HelmError("invalid releases: " + "; ".join(problems))

@@ -24,7 +24,7 @@ options:
   releases:
     description:
       - Each release is a mapping with C(name) and C(chart) (as for M(kube_accel.gpu.accel_release)), and optionally C(values)
-        (a mapping), C(chart_version) and C(namespace) (default O(namespace)).
+        (a mapping), C(chart_version), C(namespace) (default O(namespace)) and C(timeout) (default O(timeout)).
       - Other keys are ignored, so the output of the C(accel_releases) filter can be passed as it is.
     type: list
     elements: dict
@@ -47,7 +47,7 @@ options:
     type: bool
     default: true
   timeout:
-    description: How long helm waits for each release, as a Go duration (C(90s), C(5m), C(1h30m)).
+    description: How long helm waits for each release that names no C(timeout), as a Go duration (C(90s), C(5m), C(1h30m)).
     type: str
     default: 5m
   atomic:

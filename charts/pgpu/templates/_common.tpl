@@ -187,3 +187,14 @@ offline rendering (helm template, helm lint) has nothing to ask and skips the ch
 {{- fail (printf "runtimeClassName=%q: no such RuntimeClass in the cluster, so every pod of this release would be refused; kube-accel's cluster play creates it (roles/pool_charts), or create a RuntimeClass %q with handler nvidia, or set runtimeClassName=\"\" where nvidia is the default runtime" $name $name) -}}
 {{- end -}}
 {{- end -}}
+
+{{/*
+updateStrategy of a node agent whose restart leaves running containers alone (a device plugin, GFD): rollingUpdate
+.maxUnavailable nodes (a count, or a percentage of the DaemonSet's nodes rounded up) restart at once.
+*/}}
+{{- define "ka.rollingUpdate" -}}
+updateStrategy:
+  type: RollingUpdate
+  rollingUpdate:
+    maxUnavailable: {{ .Values.rollingUpdate.maxUnavailable | toJson }}
+{{- end -}}

@@ -14,7 +14,7 @@
 # Usage (root): bash gpu-e2e.sh OUTDIR   (from the bundle folder `make gpu-bundle` writes: build/gpu-bundle)
 # Env: E2E_DRIVER_ROOT (where the driver lives: /usr/local/nvidia when it has bin/nvidia-smi, else /);
 #      E2E_NO_GPU=1 (a machine without a GPU: a stand-in CDI spec, no GPU resources expected; the lab test);
-#      E2E_POOLS (default: every pool the bundle rendered); E2E_SITE=0 (apply the rendered releases, no site.yml); E2E_BUSYBOX_IP=1 (busybox's ip even where iproute2 is); E2E_DEADLINE_S (default 420: no step starts later, none runs
+#      E2E_POOLS (default: every pool the bundle rendered); E2E_SITE=0 (apply the rendered releases, no site.yml); E2E_BUSYBOX_IP=1 (busybox's ip even where iproute2 is); E2E_DEADLINE_S (default 480: no step starts later, none runs
 #      past it + 30 s; then the cleanup).
 # Footprint: /tmp/kae2e (everything it writes), /var/lib/kubelet (the device-plugin socket folder is fixed there by
 # the plugin; removed when this run created it), /run/nvidia/mps (the MPS chart's hostPath, a shared bind mount),

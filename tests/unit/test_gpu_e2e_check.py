@@ -214,3 +214,17 @@ def test_recorded_h200_site_run(tmp_path, capsys, monkeypatch):
     lines = run_check(out, capsys, monkeypatch)
     assert any(line.startswith("FAIL pgpu site:") and "failed=1" in line for line in lines), lines
     assert lines[-1].startswith("RESULT FAIL")
+
+
+def test_site_skipped_for_another_python_is_a_failure(tmp_path, capsys, monkeypatch):
+    """A bundle built for another Python than the host's runs the pools without site.yml: that is not a pass."""
+    import tarfile
+
+    with tarfile.open(REPO / "tests" / "data" / "gpu-e2e" / "h200-2026-11-26-pass.tar.xz") as tar:
+        tar.extractall(tmp_path, filter="data")
+    out = tmp_path / "e2e-out"
+    with (out / "summary.txt").open("a") as f:
+        f.write("site                         SKIPPED: the bundle's Ansible is for Python 3.11, this host runs 3.12\n")
+    lines = run_check(out, capsys, monkeypatch)
+    assert "FAIL cluster site: SKIPPED: the bundle's Ansible is for Python 3.11" in "\n".join(lines)
+    assert lines[-1].startswith("RESULT FAIL")

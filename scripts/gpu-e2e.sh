@@ -389,6 +389,16 @@ ds_ready() { # ds_ready daemonset/NAME: it has pods scheduled and every one is R
   read -r -a n < <(kubectl -n kube-accel get "$1" -o jsonpath='{.status.desiredNumberScheduled} {.status.numberReady}')
   [ "${n[0]:-0}" -gt 0 ] && [ "${n[0]}" = "${n[1]:-}" ]
 }
+ds_rolled_out() { # ds_rolled_out daemonset/NAME: its pods are the current template's and Ready, by its strategy
+  if [ "$(kubectl -n kube-accel get "$1" -o jsonpath='{.spec.updateStrategy.type}')" != OnDelete ]; then
+    kubectl -n kube-accel rollout status "$1" --timeout=120s
+  # `rollout status` refuses OnDelete DaemonSets (the MPS control daemon): every scheduled pod Ready instead.
+  elif wait_for 120 ds_ready "$1"; then
+    echo "daemon set \"${1#*/}\" successfully rolled out (OnDelete: every scheduled pod Ready)"
+  else
+    echo "daemon set \"${1#*/}\": not every scheduled pod Ready in 120 s"; return 1
+  fi
+}
 pod_done() { local p; p=$(kubectl -n "$NS" get pod "$1" -o jsonpath='{.status.phase}'); [ "$p" = Succeeded ] || [ "$p" = Failed ]; }
 collect_pod() { # collect_pod NAME DIR: its log (the probe's JSON), its status, its events
   kubectl -n "$NS" logs "$1" >"$2/$1.json" 2>"$2/$1.log-error"
@@ -422,18 +432,8 @@ run_pool() {
   per=$(python3 -c 'import json,sys; print(next(iter(json.load(open(sys.argv[1]))["per_gpu"].values())))' "$dir/expect.json")
   # The releases' DaemonSets roll out on the real kubelet (image, RuntimeClass, mounts, service account, API).
   for r in $(kubectl -n kube-accel get ds -o name); do
-    if [ "$(kubectl -n kube-accel get "$r" -o jsonpath='{.spec.updateStrategy.type}')" = OnDelete ]; then
-      # `rollout status` refuses OnDelete DaemonSets (the MPS control daemon): every scheduled pod Ready instead.
-      if wait_for 120 ds_ready "$r"; then
-        echo "daemon set \"${r#*/}\" successfully rolled out (OnDelete: every scheduled pod Ready)" >>"$dir/rollout.txt"
-      else
-        echo "daemon set \"${r#*/}\": not every scheduled pod Ready in 120 s" >>"$dir/rollout.txt"
-        kubectl -n kube-accel describe pods >"$dir/pods-describe.txt" 2>&1; return 1
-      fi
-    else
-      kubectl -n kube-accel rollout status "$r" --timeout=120s >>"$dir/rollout.txt" 2>&1 || {
-        kubectl -n kube-accel describe pods >"$dir/pods-describe.txt" 2>&1; return 1; }
-    fi
+    ds_rolled_out "$r" >>"$dir/rollout.txt" 2>&1 || {
+      kubectl -n kube-accel describe pods >"$dir/pods-describe.txt" 2>&1; return 1; }
   done
   # The plugin registers with the kubelet: the node advertises what kube-accel promised.
   local want=$((per * GPUS))

@@ -38,6 +38,9 @@ ARCHIVES=(
   "dcgm-exporter-4.5.3-4.8.2|https://github.com/NVIDIA/dcgm-exporter|4.5.3-4.8.2||691c92762eb551313c825f6efe4ceeee20982801"
   # HAMi-core (libvgpu): read, not built, by tests/conformance/test_hami.py (what it enforces in the container).
   "hami-core-8f3a89c|https://github.com/Project-HAMi/HAMi-core|8f3a89c67b037d8fdfe6c4cd4d8c4f0cd6504811||8f3a89c67b037d8fdfe6c4cd4d8c4f0cd6504811"
+  # NVIDIA's DRA driver (issue 33): its chart, and the harnesses tests/conformance/go/dra-* compiled into its kubelet
+  # plugin's package with its own vendor/ (the archive carries it: some modules are not on the proxy).
+  "dra-driver-nvidia-gpu-v0.4.1|https://github.com/kubernetes-sigs/dra-driver-nvidia-gpu|v0.4.1||764900e7833798a1528bd52a2af3e1b2d5f7a616"
 )
 
 # Commands built straight from the Go module proxy (no archive): module/package@version=output-name[=build-tags].

@@ -7,8 +7,37 @@ from __future__ import annotations
 # Every node label kube-accel sets lives under this prefix (charts receive it through values).
 LABEL_PREFIX = "kube-accel.io"
 
-MODES = ("vgpu", "pgpu", "mps", "timeslice")
+MODES = ("vgpu", "pgpu", "mps", "timeslice", "dra")
 VGPU_BACKENDS = ("hami", "gpu-manager")
+# The NVIDIA DRA driver release kube-accel's dra pools are written for (kubernetes-sigs/dra-driver-nvidia-gpu, archive
+# ../shared/upstream/dra-driver-nvidia-gpu-v0.4.1.tar.gz): its chart version, its driver name (DeviceClasses select
+# devices by it) and the API group of its opaque configs (api/nvidia.com/resource/v1beta1 register.go).
+DRA_DRIVER_VERSION = "0.4.1"
+DRA_DRIVER_NAME = "gpu.nvidia.com"
+DRA_CONFIG_API_VERSION = "resource.nvidia.com/v1beta1"
+# Every feature gate the v0.4.1 driver registers, name -> (default, stage): its own (pkg/featuregates/featuregates.go
+# defaultFeatureGates) and the logging gates of k8s.io/component-base it adds (logs/api/v1/kube_features.go,
+# logsapi.AddFeatureGates). Any other name makes the driver's components exit at start ("unrecognized feature gate").
+DRA_FEATURE_GATES = {
+    "TimeSlicingSettings": (False, "Alpha"),
+    "MPSSupport": (False, "Alpha"),
+    "IMEXDaemonsWithDNSNames": (True, "Beta"),
+    "PassthroughSupport": (False, "Alpha"),
+    "NVMLDeviceHealthCheck": (False, "Alpha"),
+    "DynamicMIG": (False, "Alpha"),
+    "ComputeDomainCliques": (True, "Beta"),
+    "CrashOnNVLinkFabricErrors": (True, "Beta"),
+    "DeviceMetadata": (False, "Alpha"),
+    "ContextualLogging": (True, "Beta"),
+    "LoggingAlphaOptions": (False, "Alpha"),
+    "LoggingBetaOptions": (True, "Beta"),
+}
+# The driver's checks between gates (featuregates.go ValidateFeatureGates; its components refuse to start otherwise):
+# (gate, gate it requires) and (gate, gate it excludes).
+DRA_FEATURE_GATE_REQUIRES = (("ComputeDomainCliques", "IMEXDaemonsWithDNSNames"),
+                             ("DeviceMetadata", "PassthroughSupport"))
+DRA_FEATURE_GATE_EXCLUDES = (("DynamicMIG", "PassthroughSupport"), ("DynamicMIG", "NVMLDeviceHealthCheck"),
+                             ("DynamicMIG", "MPSSupport"), ("PassthroughSupport", "NVMLDeviceHealthCheck"))
 # The NVIDIA GPU Operator release kube-accel's operator values are written for (accel_operator_values).
 GPU_OPERATOR_VERSION = "v26.7.0"
 # The oldest Kubernetes kube-accel supports: every chart's kubeVersion floor (charts/*/Chart.yaml; kept equal by
@@ -31,6 +60,8 @@ LABELS = {
     "mode": f"{LABEL_PREFIX}/mode",
     "vgpu_backend": f"{LABEL_PREFIX}/vgpu-backend",
     "managed": f"{LABEL_PREFIX}/managed",
+    # "true" on the nodes of dra pools: the DRA driver's kubelet plugin runs there only (its nodeSelector).
+    "dra": f"{LABEL_PREFIX}/dra",
 }
 
 # Node annotations kube-accel writes during rolling maintenance (accel_maintenance): who cordoned the node and why

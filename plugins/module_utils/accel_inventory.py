@@ -25,6 +25,7 @@ from __future__ import annotations
 import difflib
 
 from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_constants import (
+    DRA_DRIVER_VERSION,
     GPU_OPERATOR_VERSION,
     MODES,
     VGPU_BACKENDS,
@@ -47,6 +48,19 @@ HAMI_MAX_SPLIT_COUNT = 100
 HAMI_MAX_SCALING = 10
 # Where a pool setting is used (``applies``): set for a pool of another mode or backend it would be ignored.
 PGPU = {"accel_mode": ("pgpu",)}
+# MIG geometry and owner: whole-GPU pools of either kind (the device plugin's, or the DRA driver's MIG devices).
+MIG_POOLS = {"accel_mode": ("pgpu", "dra")}
+DRA = {"accel_mode": ("dra",)}
+DRA_TIMESLICE = {"accel_mode": ("dra",), "accel_dra_sharing": ("timeslice",)}
+DRA_MPS = {"accel_mode": ("dra",), "accel_dra_sharing": ("mps",)}
+# The time-slice intervals of the DRA driver's TimeSlicingConfig (v0.4.1 api/nvidia.com/resource/v1beta1/sharing.go
+# TimeSliceInterval: Default, Short, Medium, Long; nvidia-smi compute-policy --set-timeslice 0..3).
+DRA_TIMESLICE_INTERVALS = ("Default", "Short", "Medium", "Long")
+DRA_SHARINGS = ("exclusive", "timeslice", "mps")
+# MPS active thread percentage of a DRA claim's clients. The driver's MpsConfig.Validate takes 0..100
+# (validate.go); 0 leaves a client no SM to run on, so kube-accel asks for at least 1.
+DRA_MPS_MIN_THREAD_PERCENTAGE = 1
+DRA_MPS_MAX_THREAD_PERCENTAGE = 100
 TIMESLICE = {"accel_mode": ("timeslice",)}
 HAMI = {"accel_mode": ("vgpu",), "accel_vgpu_backend": ("hami",)}
 OPERATOR = {"accel_gpu_operator_enabled": (True,)}
@@ -129,6 +143,24 @@ VARIABLES: dict[str, dict] = {
                                                       "ServiceMonitor, for a Prometheus that selects "
                                                       "ServiceMonitors by label (e.g. release: "
                                                       "kube-prometheus-stack).", grammar="labels", applies=OPERATOR),
+    "accel_dra_driver_chart": _var("cluster", "str", "NVIDIA DRA driver chart (dra-driver-nvidia-gpu) for dra pools: "
+                                   "an oci:// reference, an https:// repository or a local chart path.",
+                                   default="oci://registry.k8s.io/dra-driver-nvidia/charts/dra-driver-nvidia-gpu",
+                                   grammar="chart_source"),
+    "accel_dra_driver_chart_version": _var("cluster", "str", "NVIDIA DRA driver chart version.",
+                                           default=DRA_DRIVER_VERSION, grammar="chart_version"),
+    "accel_dra_driver_chart_fallback": _var("cluster", "str", "Local DRA driver chart (directory or .tgz on the "
+                                            "cluster host) installed when accel_dra_driver_chart does not answer; "
+                                            "empty skips the install then, with a message.", grammar="path"),
+    "accel_dra_feature_gates": _var("cluster", "dict", "The DRA driver's feature gates (name -> true/false), passed "
+                                    "to its chart's featureGates. kube-accel turns no alpha gate on by itself: a dra "
+                                    "pool with sharing timeslice needs TimeSlicingSettings: true, with mps "
+                                    "MPSSupport: true (both alpha in v0.4.1).", grammar="dra_feature_gates",
+                                    default={}),
+    "accel_dra_claim_namespaces": _var("cluster", "list", "Namespaces that get each dra pool's "
+                                       "ResourceClaimTemplates (a pod names a template of its own namespace only); "
+                                       "empty: accel_namespace alone.", elements="str", grammar="namespace",
+                                       default=[]),
     "accel_monitoring_enabled": _var("cluster", "bool", "Install charts/monitoring: Grafana dashboard, PrometheusRule "
                                      "alerts (where the Prometheus Operator's CRD exists) (docs/monitoring.md).",
                                      default=False),
@@ -144,8 +176,10 @@ VARIABLES: dict[str, dict] = {
     # Per pool (group_vars of a group under gpu_pools).
     "accel_pool": _var("pool", "str", "Pool name; becomes the kube-accel.io/pool node label and part of the names of "
                        "the objects kube-accel creates for the pool; required on every GPU host.", grammar="pool_name"),
-    "accel_mode": _var("pool", "str", "GPU sharing mode of the pool's nodes.", choices=list(MODES),
-                       choice_noun="a kube-accel mode", note="MIG slices are mode pgpu with accel_mig_geometry"),
+    "accel_mode": _var("pool", "str", "GPU sharing mode of the pool's nodes: a device plugin's (vgpu, pgpu, mps, "
+                       "timeslice) or dra (GPUs by ResourceClaim through NVIDIA's DRA driver).", choices=list(MODES),
+                       choice_noun="a kube-accel mode",
+                       note="MIG slices are mode pgpu or dra with accel_mig_geometry"),
     "accel_vgpu_backend": _var("pool", "str", "vGPU implementation (mode vgpu). gpu-manager needs a CUDA 11.x "
                                "driver.", choices=list(VGPU_BACKENDS), applies={"accel_mode": ("vgpu",)}),
     "accel_vgpu_split_count": _var("pool", "int", "HAMi: tasks that may share one GPU.", default=10,
@@ -174,13 +208,31 @@ VARIABLES: dict[str, dict] = {
                                                            "in turns); false lets a pod take several "
                                                            "(oversubscription).", default=True,
                                                            applies=TIMESLICE),
-    "accel_mig_strategy": _var("pool", "str", "Device plugin MIG strategy (mode pgpu only).",
-                               choices=["none", "single", "mixed"], default="none", applies=PGPU),
+    "accel_mig_strategy": _var("pool", "str", "MIG strategy (modes pgpu and dra): how the device plugin advertises "
+                               "MIG devices; on dra pools (whose driver publishes each MIG device itself) single or "
+                               "mixed only turns the geometry on, with the same rules.",
+                               choices=["none", "single", "mixed"], default="none", applies=MIG_POOLS),
     "accel_mig_owner": _var("pool", "str", "Who applies the MIG geometry: the GPU Operator's mig-manager or the "
-                            "host (systemd + mig-parted).", choices=["operator", "host"], default="operator",
-                            applies=PGPU),
+                            "host (systemd + mig-parted); dra pools: host.", choices=["operator", "host"],
+                            default="operator", applies=MIG_POOLS),
     "accel_mig_geometry": _var("pool", "dict", "MIG profile -> count, per GPU; checked against the GPU model's "
-                               "placement rules.", grammar="mig_geometry", applies=PGPU),
+                               "placement rules.", grammar="mig_geometry", applies=MIG_POOLS),
+    "accel_dra_sharing": _var("pool", "str", "DRA: how one claim's GPU (or MIG device) is shared by the claim's "
+                              "containers: exclusive, timeslice (CUDA time-slicing) or mps (an MPS control daemon "
+                              "per claim); timeslice and mps need the driver's alpha gates TimeSlicingSettings and "
+                              "MPSSupport in accel_dra_feature_gates.", choices=list(DRA_SHARINGS),
+                              default="exclusive", applies=DRA),
+    "accel_dra_timeslice_interval": _var("pool", "str", "DRA time-slicing: the time slice of each context "
+                                         "(NVIDIA's names; full GPUs only, MIG devices keep the default).",
+                                         choices=list(DRA_TIMESLICE_INTERVALS), default="Default",
+                                         applies=DRA_TIMESLICE),
+    "accel_dra_mps_active_thread_percentage": _var("pool", "int", "DRA MPS: share of the GPU's SMs each client of a "
+                                                   "claim may use (percent); unset: the driver's default (100).",
+                                                   minimum=DRA_MPS_MIN_THREAD_PERCENTAGE,
+                                                   maximum=DRA_MPS_MAX_THREAD_PERCENTAGE, applies=DRA_MPS),
+    "accel_dra_mps_pinned_memory_limit": _var("pool", "str", "DRA MPS: device memory each client of a claim may pin, "
+                                              "a Kubernetes quantity such as \"10Gi\" (at least 1Mi); unset: no "
+                                              "limit.", grammar="memory_quantity", applies=DRA_MPS),
     "accel_driver_branch": _var("pool", "str", "NVIDIA driver branch, e.g. \"550\" (three digits; the flavour is "
                                 "accel_driver_flavor's).", default="535", grammar="driver_branch"),
     "accel_driver_source": _var("pool", "str", "Where the driver comes from: the distribution's packages, NVIDIA's "

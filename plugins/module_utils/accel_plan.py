@@ -123,7 +123,7 @@ def rule_mode(ctx: Context) -> list[str]:
     if "accel_mode" in ctx.settings:
         return []  # its value is accel_values' to check
     return [ctx.problem("accel_mode", _UNSET, "not set for this GPU host",
-                        f"{', '.join(MODES)} (MIG slices are mode pgpu with accel_mig_geometry)")]
+                        f"{', '.join(MODES)} ({VARIABLES['accel_mode']['note']})")]
 
 
 def rule_vgpu_backend(ctx: Context) -> list[str]:

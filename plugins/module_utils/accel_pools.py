@@ -15,6 +15,7 @@ from typing import Any
 
 from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_inventory, accel_mig
 from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_constants import (
+    DRA_CONFIG_API_VERSION,
     LABELS,
     NFD_OS_LABELS,
     RESOURCES,
@@ -70,6 +71,51 @@ def device_plugin_config(settings: dict[str, Any]) -> str | None:
     return None
 
 
+# The sharing strategies of the DRA driver's opaque configs, by accel_dra_sharing (v0.4.1
+# api/nvidia.com/resource/v1beta1/sharing.go TimeSlicingStrategy, MpsStrategy), and the alpha feature gate each needs
+# (validate.go validateSharingStrategy: the driver refuses the config while the gate is off).
+DRA_STRATEGIES = {"timeslice": "TimeSlicing", "mps": "MPS"}
+DRA_SHARING_GATES = {"timeslice": "TimeSlicingSettings", "mps": "MPSSupport"}
+
+
+def dra_opaque_config(settings: dict[str, Any]) -> dict[str, Any] | None:
+    """A dra pool's opaque device config exactly as NVIDIA's DRA driver decodes it (v0.4.1 GpuConfig for whole GPUs,
+    MigDeviceConfig for a pool with a MIG geometry; api/nvidia.com/resource/v1beta1); None for other modes.
+
+    exclusive carries no ``sharing``: the driver's own default (DefaultGpuConfig: a GPU prepared for one claim, not
+    shared in time or by MPS). timeslice names its interval (GpuConfig's timeSlicingConfig; a MigDeviceConfig has no
+    interval field, MIG devices keep the default). mps carries only the limits the inventory sets (an empty mpsConfig:
+    the driver's defaults).
+    """
+    if settings.get("accel_mode") != "dra":
+        return None
+    mig = mig_enabled(settings)
+    config: dict[str, Any] = {"apiVersion": DRA_CONFIG_API_VERSION, "kind": "MigDeviceConfig" if mig else "GpuConfig"}
+    sharing = settings.get("accel_dra_sharing") or accel_inventory.default_of("accel_dra_sharing")
+    if sharing == "timeslice":
+        config["sharing"] = {"strategy": DRA_STRATEGIES[sharing]}
+        if not mig:
+            interval = (settings.get("accel_dra_timeslice_interval")
+                        or accel_inventory.default_of("accel_dra_timeslice_interval"))
+            config["sharing"]["timeSlicingConfig"] = {"interval": interval}
+    elif sharing == "mps":
+        mps: dict[str, Any] = {}
+        if settings.get("accel_dra_mps_active_thread_percentage") is not None:
+            mps["defaultActiveThreadPercentage"] = int(settings["accel_dra_mps_active_thread_percentage"])
+        if settings.get("accel_dra_mps_pinned_memory_limit") is not None:
+            mps["defaultPinnedDeviceMemoryLimit"] = str(settings["accel_dra_mps_pinned_memory_limit"])
+        config["sharing"] = {"strategy": DRA_STRATEGIES[sharing], "mpsConfig": mps}
+    return config
+
+
+def dra_feature_gates_needed(settings: dict[str, Any]) -> set[str]:
+    """The DRA driver's feature gates a dra pool's sharing needs turned on (both alpha in v0.4.1)."""
+    if settings.get("accel_mode") != "dra":
+        return set()
+    gate = DRA_SHARING_GATES.get(settings.get("accel_dra_sharing") or "")
+    return {gate} if gate else set()
+
+
 def mig_config_name(settings: dict[str, Any]) -> str:
     """mig-parted config name for a pool's geometry (``accel_mig.mig_config_name``)."""
     return accel_mig.mig_config_name(settings.get("accel_mig_geometry") or {})
@@ -91,13 +137,18 @@ def node_labels(settings: dict[str, Any]) -> dict[str, str]:
         # gpu.deploy.* label itself, so kube-accel sets none).
         labels[UPSTREAM_LABELS["deploy_operands"]] = "false"
     else:
-        # kube-accel's charts own the device plugin on every pool, not the GPU Operator. The operator keeps a
-        # non-empty deploy label as it is, and its MIG manager leaves "false" alone while it reconfigures.
+        # kube-accel's charts own the device plugin on every pool, not the GPU Operator (and a dra pool has none at
+        # all: its GPUs are the DRA driver's). The operator keeps a non-empty deploy label as it is, and its MIG
+        # manager leaves "false" alone while it reconfigures.
         labels[UPSTREAM_LABELS["deploy_device_plugin"]] = "false"
         # As the operator sets it on GPU nodes; mig-manager pauses the pgpu agents through it (charts/pgpu).
         labels[UPSTREAM_LABELS["deploy_client"]] = "true"
     if mode == "vgpu":
         labels[LABELS["vgpu_backend"]] = settings["accel_vgpu_backend"]
+    if mode == "dra":
+        # The DRA driver's kubelet plugin selects these nodes; no device-plugin config label (device_plugin_config is
+        # None), so no NVIDIA device plugin or config-manager of kube-accel's charts selects them.
+        labels[LABELS["dra"]] = "true"
     config = device_plugin_config(settings)
     if config:
         labels[UPSTREAM_LABELS["device_plugin_config"]] = config
@@ -150,6 +201,7 @@ def os_labels(os_release: dict[str, str] | None) -> dict[str, str]:
 def sharing_label_keys() -> set[str]:
     """The labels that decide how a node shares its GPUs: a change moves its device plugin to another config (or
     another release), so its GPU pods are drained first (roles/pool_labels)."""
+    # LABELS["dra"] follows the mode label, whose change already drains.
     return {LABELS["pool"], LABELS["mode"], LABELS["vgpu_backend"], UPSTREAM_LABELS["device_plugin_config"],
             UPSTREAM_LABELS["mig_config"]}
 
@@ -160,9 +212,13 @@ def managed_label_keys() -> set[str]:
 
 
 def advertised_resources(settings: dict[str, Any], gpu_count: int, gpu_memory_mib: int) -> dict[str, int]:
-    """Extended resources a node of this pool advertises once its device plugin runs."""
+    """Extended resources a node of this pool advertises once its device plugin runs.
+
+    A dra pool advertises none: its GPUs are devices in the DRA driver's ResourceSlices, allocated by claim, and its
+    nodes carry no nvidia.com/gpu (or any other) extended resource; what verify checks there are allocated claims.
+    """
     mode = settings["accel_mode"]
-    if gpu_count <= 0:
+    if gpu_count <= 0 or mode == "dra":
         return {}
     if mode == "vgpu" and settings["accel_vgpu_backend"] == "gpu-manager":
         return {
@@ -188,7 +244,10 @@ def advertised_resources(settings: dict[str, Any], gpu_count: int, gpu_memory_mi
 
 
 def request_for(settings: dict[str, Any]) -> dict[str, str]:
-    """The smallest resource request a workload makes to land on this pool (used by the verify Jobs)."""
+    """The smallest resource request a workload makes to land on this pool (used by the verify Jobs); none for a dra
+    pool, whose workloads ask by ResourceClaim (its ResourceClaimTemplate), not by an extended resource."""
+    if settings["accel_mode"] == "dra":
+        return {}
     resources = advertised_resources(settings, 1, 16 * 1024)
     if settings["accel_mode"] == "vgpu" and settings["accel_vgpu_backend"] == "gpu-manager":
         # vcuda-core: 1-100 (a fraction) or multiples of 100; vcuda-memory in 256 MiB units.

@@ -22,12 +22,21 @@ Public API:
 
 from __future__ import annotations
 
+import difflib
 import ipaddress
 import re
 import reprlib
+from decimal import Decimal, InvalidOperation
 
 from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_k8s_names as names
-from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_constants import MIN_KUBERNETES, POOL_DERIVED_NAMES
+from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_constants import (
+    DRA_DRIVER_VERSION,
+    DRA_FEATURE_GATE_EXCLUDES,
+    DRA_FEATURE_GATE_REQUIRES,
+    DRA_FEATURE_GATES,
+    MIN_KUBERNETES,
+    POOL_DERIVED_NAMES,
+)
 from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_inventory import VARIABLES
 
 # A value with more nodes than this is no setting of kube-accel's (the largest, a MIG geometry or a label map, has
@@ -393,6 +402,84 @@ def _host_runtime(value) -> str:
     return "; ".join(problems)
 
 
+# A Kubernetes resource.Quantity as k8s.io/apimachinery parses it (pkg/api/resource/quantity.go ParseQuantity: a signed
+# decimal number, then a binary-SI suffix, a decimal-SI suffix or a decimal exponent).
+QUANTITY_RE = re.compile(r"(?P<number>[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+))"
+                         r"(?P<suffix>Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E|[eE][+-]?[0-9]+)?")
+_BINARY_SI = {"Ki": 2 ** 10, "Mi": 2 ** 20, "Gi": 2 ** 30, "Ti": 2 ** 40, "Pi": 2 ** 50, "Ei": 2 ** 60}
+_DECIMAL_SI = {"n": Decimal("1e-9"), "u": Decimal("1e-6"), "m": Decimal("1e-3"), "": Decimal(1), "k": Decimal("1e3"),
+               "M": Decimal("1e6"), "G": Decimal("1e9"), "T": Decimal("1e12"), "P": Decimal("1e15"),
+               "E": Decimal("1e18")}
+# The DRA driver hands MPS a pinned-memory limit in whole MiB (sharing.go limit.Megabyte: bytes / 1024 / 1024) and
+# refuses a limit that comes to 0 MiB when it prepares a claim ("value set too low"): 1Mi is the least it takes. Its
+# byte count is an int64 (Quantity.Value).
+MIN_PINNED_MEMORY_BYTES = 2 ** 20
+MAX_QUANTITY_BYTES = 2 ** 63 - 1
+
+
+def quantity_bytes(text: str) -> int | None:
+    """The value of a Kubernetes quantity string rounded up to an integer, as Quantity.Value() gives it; None when
+    the text is no quantity."""
+    match = QUANTITY_RE.fullmatch(text)
+    if not match:
+        return None
+    suffix = match.group("suffix") or ""
+    try:
+        number = Decimal(match.group("number"))
+        if suffix in _BINARY_SI:
+            value = number * _BINARY_SI[suffix]
+        elif suffix in _DECIMAL_SI:
+            value = number * _DECIMAL_SI[suffix]
+        else:
+            value = number.scaleb(int(suffix[1:]))
+        return int(value.to_integral_value(rounding="ROUND_CEILING"))
+    except (InvalidOperation, OverflowError, ValueError):
+        return None
+
+
+def _memory_quantity(value) -> str:
+    if _CONTROL.search(value):
+        return "contains a newline or control character"
+    found = quantity_bytes(value)
+    if found is None:
+        return "not a Kubernetes quantity"
+    if found <= 0:
+        return "not a positive quantity"
+    if found < MIN_PINNED_MEMORY_BYTES:
+        return (f"{found} bytes, less than 1Mi: the DRA driver passes the limit in whole MiB and refuses a claim "
+                "whose limit comes to 0")
+    if found > MAX_QUANTITY_BYTES:
+        return "more bytes than the driver's int64 count holds"
+    return ""
+
+
+def _dra_feature_gates(value) -> str:
+    problems = []
+    for name, enabled in value.items():
+        if name not in DRA_FEATURE_GATES:
+            match = difflib.get_close_matches(str(name), list(DRA_FEATURE_GATES), n=1, cutoff=0.6)
+            hint = f" (did you mean {match[0]}?)" if match else ""
+            problems.append(f"unknown gate {shown(name)}{hint}: the driver's components exit at start on it")
+        elif not isinstance(enabled, bool):
+            problems.append(f"{name} is {_kind(enabled)}, not true or false")
+    if problems:
+        return "; ".join(problems)
+    state = {name: spec[0] for name, spec in DRA_FEATURE_GATES.items()} | dict(value)
+    for gate, needed in DRA_FEATURE_GATE_REQUIRES:
+        if state[gate] and not state[needed]:
+            problems.append(f"{gate} on needs {needed} on (the driver refuses to start otherwise)")
+    for gate, other in DRA_FEATURE_GATE_EXCLUDES:
+        if state[gate] and state[other]:
+            problems.append(f"{gate} and {other} are mutually exclusive in the driver (it refuses to start)")
+    return "; ".join(problems)
+
+
+def dra_feature_gates_text() -> str:
+    """The DRA driver's feature gates in words, alpha ones marked."""
+    return ", ".join(f"{name} ({stage.lower()}, default {'true' if default else 'false'})"
+                     for name, (default, stage) in DRA_FEATURE_GATES.items())
+
+
 GRAMMARS = {
     "line": (_line, "one line of text (no newline or control character)"),
     "path": (_path, "a path without newlines or control characters"),
@@ -420,6 +507,10 @@ GRAMMARS = {
     "image_digests": (_image_digests, "a mapping of \"repository:tag\" (e.g. \"projecthami/hami:v2.10.0\") to "
                                       "\"sha256:\" and 64 lower-case hex digits, or \"\" to pull by tag"),
     "host_runtime": (_host_runtime, "{cgroup_version: 1 or 2, containerd_version: \"X.Y.Z\"}"),
+    "memory_quantity": (_memory_quantity, "a Kubernetes quantity of at least 1Mi, quoted, e.g. \"10Gi\" or "
+                                          "\"512Mi\" (binary suffixes Ki Mi Gi Ti Pi Ei, decimal k M G T P E)"),
+    "dra_feature_gates": (_dra_feature_gates, f"a mapping of the DRA driver v{DRA_DRIVER_VERSION} feature gates to "
+                                              f"true or false: {dra_feature_gates_text()}"),
 }
 
 

@@ -32,7 +32,7 @@ EXPECTED = {
     ],
     'bad-mode-0': [
         f"accel_mode = 'mig' ({INV}group_vars/pool_mode_mig.yml:3): not a kube-accel mode; allowed: vgpu, "
-        "pgpu, mps, timeslice (MIG slices are mode pgpu with accel_mig_geometry)",
+        "pgpu, mps, timeslice, dra (MIG slices are mode pgpu or dra with accel_mig_geometry)",
     ],
     'bad-mps-0': [
         f"accel_mps_replicas = 64 ({INV}group_vars/pool_mps_on_mig.yml:4): out of range; allowed: an integer "

@@ -66,12 +66,12 @@ def test_good_plans_have_no_problems(title, settings, snapshot):
 def test_rule_mode():
     assert check(pool(mode="pgpu")) == []
     assert check(pool(mode="mig")) == [
-        "gpu-01: accel_mode = 'mig': not a kube-accel mode; allowed: vgpu, pgpu, mps, timeslice (MIG slices are "
-        "mode pgpu with accel_mig_geometry)"]
+        "gpu-01: accel_mode = 'mig': not a kube-accel mode; allowed: vgpu, pgpu, mps, timeslice, dra (MIG slices "
+        "are mode pgpu or dra with accel_mig_geometry)"]
     missing = {k: v for k, v in pool().items() if k != "accel_mode"}
     assert check(missing) == [
-        "gpu-01: accel_mode = (not set): not set for this GPU host; allowed: vgpu, pgpu, mps, timeslice (MIG "
-        "slices are mode pgpu with accel_mig_geometry)"]
+        "gpu-01: accel_mode = (not set): not set for this GPU host; allowed: vgpu, pgpu, mps, timeslice, dra (MIG "
+        "slices are mode pgpu or dra with accel_mig_geometry)"]
 
 
 

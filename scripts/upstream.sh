@@ -183,6 +183,7 @@ build_harnesses() {
   local dir name stem mod src work out key
   mkdir -p "$UP/bin"
   for dir in "$REPO"/tests/conformance/go/*/; do
+    if [ -f "$dir/upstream.txt" ]; then build_package_harness "${dir%/}"; continue; fi
     [ -f "$dir/go.mod" ] || continue
     name=$(basename "$dir")
     stem='' mod=''
@@ -211,6 +212,57 @@ build_harnesses() {
     )
     printf '%s' "$key" >"$out.stamp"
   done
+}
+
+# Harnesses compiled into an upstream package (tests/conformance/go/NAME/upstream.txt: `archive ARCHIVE`,
+# `package ./PKG`, optional `vendor IMPORT-PATH` lines): for code that is itself in a `package main` (the DRA driver's
+# kubelet plugin), so it can be called unmodified. The build tree is a hard-linked copy of the unpacked archive plus
+# the harness's *_test.go files in PKG and each `vendor` package (from the module proxy at the version the archive's
+# vendor/modules.txt lists for its module, checked against the archive's go.sum); `go test -c -mod=vendor` builds
+# the binary from the archive's own vendor/ (the DRA driver's holds modules the proxy does not serve). Files that
+# differ from the archive's are new files, never edits of linked ones.
+build_package_harness() {
+  local dir=$1 name stem pkg src work out key extra=() line mod version moddir modsum pkgdir
+  name=$(basename "$dir")
+  stem=$(awk '$1 == "archive" {print $2}' "$dir/upstream.txt")
+  pkg=$(awk '$1 == "package" {print $2}' "$dir/upstream.txt")
+  mapfile -t extra < <(awk '$1 == "vendor" {print $2}' "$dir/upstream.txt")
+  [ -n "$stem" ] && [ -n "$pkg" ] || die "$dir/upstream.txt: needs 'archive ARCHIVE' and 'package ./PKG' lines"
+  unpack "$stem"
+  src="$UP/src/$stem"
+  out="$UP/bin/ka-conform-$name"
+  key=$( { cat "$src/.ka-stamp"; go env GOVERSION; cd "$dir" && find . -type f -print0 | sort -z | xargs -0 sha256sum; } \
+         | sha256sum | cut -c1-16)
+  [ -x "$out" ] && [ -f "$out.stamp" ] && [ "$(cat "$out.stamp")" = "$key" ] && return 0
+  log "building harness ka-conform-$name (upstream: $stem $pkg)"
+  work="$UP/harness/$name"
+  rm -rf "$work" && mkdir -p "$UP/harness" && cp -al "$src" "$work"
+  cp "$dir"/*_test.go "$work/$pkg/"
+  if [ ${#extra[@]} -gt 0 ]; then
+    # modules.txt gets the packages added: a new file, the link to the archive's copy removed first.
+    cp "$work/vendor/modules.txt" "$work/vendor/modules.txt.new"
+    for line in "${extra[@]}"; do
+      mod=$(awk -v p="$line" '$1 == "#" && index(p "/", $2 "/") == 1 {m = $2} END {print m}' "$src/vendor/modules.txt")
+      version=$(awk -v m="$mod" '$1 == "#" && $2 == m {print $3}' "$src/vendor/modules.txt")
+      [ -n "$mod" ] && [ -n "$version" ] || die "$dir/upstream.txt: $line is in no module of $stem's vendor/modules.txt"
+      modsum=$(awk -v m="$mod" -v v="$version" '$1 == m && $2 == v {print $3}' "$src/go.sum")
+      moddir=$(cd "$work" && GOFLAGS=-mod=mod go mod download -json "$mod@$version" \
+               | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')
+      [ -n "$moddir" ] || die "$mod@$version: not downloadable from the module proxy"
+      [ "$(cd "$work" && GOFLAGS=-mod=mod go mod download -json "$mod@$version" \
+            | sed -n 's/^[[:space:]]*"Sum": "\(.*\)",$/\1/p')" = "$modsum" ] \
+        || die "$mod@$version from the module proxy does not have the sum $stem's go.sum pins ($modsum)"
+      pkgdir="$work/vendor/$line"
+      mkdir -p "$pkgdir"
+      find "${moddir}/${line#"$mod"/}" -maxdepth 1 -name '*.go' ! -name '*_test.go' -exec cp {} "$pkgdir/" \;
+      awk -v m="$mod" -v p="$line" '{print} $1 == "#" && $2 == m {inmod = 1; next}
+        inmod && /^## / {print p; inmod = 0}' "$work/vendor/modules.txt.new" >"$work/vendor/modules.txt.tmp"
+      mv "$work/vendor/modules.txt.tmp" "$work/vendor/modules.txt.new"
+    done
+    rm "$work/vendor/modules.txt" && mv "$work/vendor/modules.txt.new" "$work/vendor/modules.txt"
+  fi
+  (cd "$work" && GOFLAGS="-trimpath -buildvcs=false -mod=vendor" go test -c -vet=off -ldflags "-s -w" -o "$out" "$pkg")
+  printf '%s' "$key" >"$out.stamp"
 }
 
 # The Prometheus Operator's ServiceMonitor and PrometheusRule CRDs, for a lab whose inventory asks for the DCGM

@@ -9,6 +9,8 @@ line (up, down, status, monitoring, load): argparse and calls into these modules
   nodes       node kinds: a fake GPU node per GPU host, a fake control-plane node per kube_control_plane host, the GPU
               capacity a node starts with (capacity_by_standin), applied through the API
   hosts       the podman container per GPU host
+  dra         what NVIDIA's DRA driver's kubelet plugin publishes for a node of recorded GPUs: its own device
+              enumeration and ResourceSlice publishing (ka-conform-dra-slices) over go-nvml's mock
   processes   lab processes: started, waited for, found and stopped by PID (DIR/procs/NAME.pid and NAME.log); free
               ports and readiness probes on 127.0.0.1; the lab's own Python run as a process (python -m)
   standins    the stand-ins for what needs a GPU or a kubelet: HAMi's device plugin, NVIDIA's device plugin (with each
@@ -28,7 +30,7 @@ above, and never from scripts/lab.py (tests/unit/test_kalab_imports.py checks it
   monitoring
   upstream
   standins
-  cluster, nodes, hosts, processes
+  cluster, nodes, hosts, processes, dra
   site
 
 Only the kubernetes client is imported inside the functions that use it (the heaviest import, and only node writes

@@ -55,6 +55,9 @@ def accel_pools_of(hosts, hostvars):
         pool["device_ids"] = sorted({g["pci_device_id"] for h in pool["hosts"]
                                      for g in (plain[h].get("nvidia_gpus") or {}).get("gpus") or []
                                      if g.get("pci_device_id")})
+        # A DeviceClass cannot select by node: a dra pool's class selects its GPUs by UUID (charts/dra-pools).
+        pool["gpu_uuids"] = sorted({g["uuid"] for h in pool["hosts"]
+                                    for g in (plain[h].get("nvidia_gpus") or {}).get("gpus") or [] if g.get("uuid")})
         pool["os_release"] = {h: plain[h]["preflight_os_release"] for h in pool["hosts"]
                               if plain[h].get("preflight_os_release")}
     return pools
@@ -112,6 +115,13 @@ def accel_ownership_record(desired):
     return accel_ownership.record_data(list(desired or []))
 
 
+def accel_dra_driver_values(pools, cluster, feature_gates=None, version=""):
+    """``pools | accel_dra_driver_values(cluster, accel_dra_feature_gates, version)``: NVIDIA's DRA driver chart
+    values (accel_chart_values.dra_driver_values)."""
+    return accel_chart_values.dra_driver_values(list(pools or []), dict(cluster or {}), dict(feature_gates or {}),
+                                                str(version or ""))
+
+
 def accel_verify_pools(pools, releases, gpu_operator=False):
     """The verify module's pool list (accel_verify.expected_pools)."""
     return accel_verify.expected_pools(pools, releases, bool(gpu_operator))
@@ -133,4 +143,5 @@ class FilterModule:
             "accel_stale_releases": accel_stale_releases,
             "accel_desired_releases": accel_desired_releases,
             "accel_ownership_record": accel_ownership_record,
+            "accel_dra_driver_values": accel_dra_driver_values,
         }

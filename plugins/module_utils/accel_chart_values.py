@@ -14,10 +14,12 @@ import os
 import re
 from typing import Any
 
+from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_pools
 from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_constants import LABELS, RUNTIME_CLASS
 from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_pools import (
     advertised_resources,
     device_plugin_config,
+    mig_enabled,
     release_key,
     setting_on,
     time_slicing,
@@ -41,6 +43,9 @@ CLUSTER_SETTINGS: dict[str, tuple[str, Any]] = {
     # Pods holding cluster-wide tokens (schedulers, extenders, gpu-admission, certgen) on pool nodes too: only for
     # clusters whose every node is in a pool (charts/vgpu clusterComponents.avoidPoolNodes).
     "cluster_components_on_pool_nodes": ("accel_cluster_components_on_pool_nodes", False),
+    # Namespaces that get each dra pool's ResourceClaimTemplate (a pod names a template of its own namespace only);
+    # empty: the charts' namespace alone.
+    "dra_claim_namespaces": ("accel_dra_claim_namespaces", []),
 }
 
 
@@ -103,11 +108,28 @@ def metrics_peers(cluster: dict[str, Any]) -> list[dict[str, Any]]:
     return peers
 
 
+# The dra pools' release installs kube-accel's DeviceClasses and ResourceClaimTemplates (charts/dra-pools); NVIDIA's
+# DRA driver is a release of its own (roles/dra_driver, dra_driver_release).
+DRA_POOLS_CHART = "dra-pools"
+
+
+def dra_driver_release(prefix: str = RELEASE_PREFIX) -> str:
+    """The release of NVIDIA's DRA driver (roles/dra_driver), in the charts' namespace while any pool is dra."""
+    return f"{prefix}-dra-driver"
+
+
+def dra_device_class(pool: str, prefix: str = RELEASE_PREFIX) -> str:
+    """The DeviceClass of a dra pool, and the name of its ResourceClaimTemplates."""
+    return f"{prefix}-{pool}"
+
+
 def chart_for(key: str) -> str:
     """The chart directory (under charts/) a release key installs (timeslice: the pgpu chart's device plugin with
-    sharing.timeSlicing configs)."""
+    sharing.timeSlicing configs; dra: the pools' DeviceClasses and claim templates)."""
     if key == "timeslice":
         return "pgpu"
+    if key == "dra":
+        return DRA_POOLS_CHART
     return "vgpu" if key.startswith("vgpu-") else key
 
 
@@ -183,6 +205,8 @@ def release_values(key: str, pools: list[dict[str, Any]], cluster: dict[str, Any
     ``gpu_memory_mib``: pool -> GPU memory, from the facts, for the MPS pinned-memory notes.
     """
     names = [p["pool"] for p in pools]
+    if key == "dra":
+        return dra_values(pools, cluster)
     values: dict[str, Any] = {
         "global": {
             "imageRegistry": cluster.get("image_registry") or "",
@@ -259,6 +283,71 @@ def release_values(key: str, pools: list[dict[str, Any]], cluster: dict[str, Any
                            for host in p["hosts"]]
             if node_config:
                 values["hami"]["nodeConfig"] = node_config
+    return values
+
+
+def dra_values(pools: list[dict[str, Any]], cluster: dict[str, Any]) -> dict[str, Any]:
+    """charts/dra-pools values: per pool a DeviceClass selecting the pool's GPUs by UUID (``gpu_uuids`` from the
+    hosts' NVML facts, accel_pools_of) or their MIG devices, with the pool's opaque config
+    (accel_pools.dra_opaque_config), and its ResourceClaimTemplate in each claim namespace."""
+    return {
+        "poolLabelKey": LABELS["pool"],
+        "pools": [p["pool"] for p in pools],
+        "devicePools": [{
+            "pool": p["pool"],
+            "deviceClassName": dra_device_class(p["pool"]),
+            "deviceType": "mig" if mig_enabled(p["settings"]) else "gpu",
+            "gpuUUIDs": sorted(p.get("gpu_uuids") or []),
+            "config": accel_pools.dra_opaque_config(p["settings"]),
+        } for p in pools],
+        "claimTemplates": {"namespaces": list(cluster.get("dra_claim_namespaces") or [])},
+    }
+
+
+# NVIDIA's DRA driver image (its chart's image.repository at registry.k8s.io; the tag is the chart's appVersion with
+# a "v"): accel_image_registry replaces the registry as for every other image.
+DRA_DRIVER_REGISTRY = "registry.k8s.io"
+DRA_DRIVER_IMAGE = "dra-driver-nvidia/dra-driver-nvidia-gpu"
+# Where the driver's files are on a node: kube-accel's nvidia_driver role (or the host's image) installs the driver
+# on the host itself, never in the GPU Operator's driver container (/run/nvidia/driver).
+DRA_DRIVER_ROOT = "/"
+
+
+def dra_driver_values(pools: list[dict[str, Any]], cluster: dict[str, Any], feature_gates: dict[str, Any] | None = None,
+                      version: str = "") -> dict[str, Any]:
+    """Values of NVIDIA's dra-driver-nvidia-gpu chart (v0.4.1 keys) for the dra pools: GPUs only (no
+    ComputeDomains: no controller, no IMEX), the kubelet plugin on the dra pools' nodes alone, the feature gates the
+    inventory sets (never an alpha gate by itself), the image from the site's mirror.
+
+    The chart's own kubelet-plugin affinity selects every node with an NVIDIA PCI device or nvidia.com/gpu.present,
+    which kube-accel sets on every pool: it is replaced (a list replaces a list in Helm's merge) by one term on the
+    dra label, and the nodeSelector says the same. gpuResourcesEnabledOverride acknowledges the chart's refusal to run
+    GPU resources next to NVIDIA's device plugin: kube-accel runs none on dra nodes (their labels select no device
+    plugin, and the preflight refuses a node in two pools).
+    """
+    dra_term = {"matchExpressions": [{"key": LABELS["dra"], "operator": "In", "values": ["true"]}]}
+    tolerations = [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+    if any(setting_on(p["settings"], "accel_node_taint") for p in pools if p["settings"].get("accel_mode") == "dra"):
+        tolerations.append({"key": LABELS["pool"], "operator": "Exists", "effect": "NoSchedule"})
+    registry = cluster.get("image_registry") or DRA_DRIVER_REGISTRY
+    image: dict[str, Any] = {"repository": f"{registry}/{DRA_DRIVER_IMAGE}"}
+    if version:
+        image["tag"] = f"v{version.lstrip('v')}"
+    values: dict[str, Any] = {
+        "nvidiaDriverRoot": DRA_DRIVER_ROOT,
+        "gpuResourcesEnabledOverride": True,
+        "resources": {"gpus": {"enabled": True}, "computeDomains": {"enabled": False}},
+        "featureGates": dict(feature_gates or {}),
+        "image": image,
+        "imagePullSecrets": [{"name": n} for n in cluster.get("image_pull_secrets") or []],
+        "webhook": {"enabled": False},
+        "kubeletPlugin": {
+            "nodeSelector": {LABELS["dra"]: "true"},
+            "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [dra_term]}}},
+            "tolerations": tolerations,
+        },
+    }
     return values
 
 

@@ -15,7 +15,11 @@ from __future__ import annotations
 
 import json
 
-from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_chart_values import RELEASE_PREFIX, release_key
+from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_chart_values import (
+    RELEASE_PREFIX,
+    dra_driver_release,
+    release_key,
+)
 from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_inventory import VARIABLES
 
 # Every key release_key gives a pool (one release per mode, per vGPU backend), from the inventory model's choices, so
@@ -27,16 +31,20 @@ RECORD_KEY = "releases"
 
 
 def pool_release_names(namespace: str, prefix: str = RELEASE_PREFIX) -> list[str]:
-    """Every release a pool can have, in the charts' namespace."""
-    return [f"{namespace}/{prefix}-{key}" for key in POOL_RELEASE_KEYS]
+    """Every release a pool can have, in the charts' namespace: one per release key, and NVIDIA's DRA driver, which
+    the dra pools bring along (roles/dra_driver)."""
+    return sorted([f"{namespace}/{prefix}-{key}" for key in POOL_RELEASE_KEYS]
+                  + [f"{namespace}/{dra_driver_release(prefix)}"])
 
 
 def desired(pools: list[dict], namespace: str, others: list[str] | None = None, prefix: str = RELEASE_PREFIX
             ) -> list[str]:
-    """The releases a run keeps: one per mode (and vGPU backend) the pools use, in the charts' namespace, and
-    ``others`` (monitoring, the GPU Operator, as ``namespace/name``) where they are on."""
+    """The releases a run keeps: one per mode (and vGPU backend) the pools use, in the charts' namespace (with dra
+    pools also NVIDIA's DRA driver there), and ``others`` (monitoring, the GPU Operator, as ``namespace/name``) where
+    they are on."""
     keys = {release_key(pool["settings"]) for pool in pools}
-    return sorted({f"{namespace}/{prefix}-{key}" for key in keys} | {o for o in others or [] if o})
+    names = {f"{prefix}-{key}" for key in keys} | ({dra_driver_release(prefix)} if "dra" in keys else set())
+    return sorted({f"{namespace}/{name}" for name in names} | {o for o in others or [] if o})
 
 
 def recorded(configmap_data: dict | None) -> list[str]:

@@ -6,8 +6,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_pools
-from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_constants import GPU_OPERATOR_VERSION
+from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_chart_values, accel_pools
+from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_constants import (
+    DRA_DRIVER_NAME,
+    GPU_OPERATOR_VERSION,
+)
 
 FAKE_NODE_ANNOTATION = "kwok.x-k8s.io/node"
 # On a fake node (lab): where its GPU capacity came from. The lab's device-plugin stand-ins write the capacity the
@@ -67,8 +70,69 @@ def expected_pools(pools: list[dict[str, Any]], releases: list[dict[str, Any]],
             # HAMi's webhook takes every nvidia.com/gpu pod (README "HAMi and whole-GPU pools in one cluster").
             **({"pod_labels": {"hami.io/webhook": "ignore"}} if hami and pool["pool"] not in hami else {}),
             **({"operands": operator_operands(settings)} if gpu_operator else {}),
+            **({"dra": dra_expected(pool)} if settings["accel_mode"] == "dra" else {}),
         })
+        if settings["accel_mode"] == "dra":
+            # The DaemonSet pods a dra node must run are NVIDIA's DRA kubelet plugin's (kube-accel's own dra release
+            # holds only DeviceClasses and claim templates).
+            out[-1]["release"] = accel_chart_values.dra_driver_release()
     return out
+
+
+# Who publishes a node's ResourceSlices: on a real node the DRA driver's kubelet plugin; a kwok fake node (the lab) has
+# no kubelet, and its slices come from the lab's stand-in, which runs the plugin's own enumeration and publishing code
+# over the host's recorded NVML snapshot (tests/conformance/go/dra-slices, scripts/kalab/dra.py).
+DRA_KUBELET_PLUGIN = "the DRA driver's kubelet plugin"
+DRA_SLICES_STANDIN = "dra-kubelet-plugin-standin (the driver's enumeration and publishing over recorded NVML)"
+
+
+def dra_expected(pool: dict[str, Any]) -> dict[str, Any]:
+    """What a dra pool's verify checks: the DRA driver's ResourceSlices on its nodes and a claim from its
+    ResourceClaimTemplate allocated on one of its GPUs (charts/dra-pools)."""
+    name = accel_chart_values.dra_device_class(pool["pool"])
+    return {"device_class": name, "claim_template": name, "driver": DRA_DRIVER_NAME,
+            "gpu_uuids": sorted(pool.get("gpu_uuids") or [])}
+
+
+def dra_slice_problems(node: str, slices: list[dict[str, Any]], driver: str, fake: bool = False
+                       ) -> tuple[list[str], str]:
+    """The driver's ResourceSlices of one node (resource.k8s.io/v1 objects): problems, and who published them
+    (``fake``: a kwok node, whose slices only the lab's stand-in publishes)."""
+    mine = [s for s in slices if s["spec"].get("driver") == driver and s["spec"].get("nodeName") == node]
+    if not any(s["spec"].get("devices") for s in mine):
+        return [f"{node}: no ResourceSlice with devices from {driver}"], ""
+    return [], DRA_SLICES_STANDIN if fake else DRA_KUBELET_PLUGIN
+
+
+def dra_claim_problems(pool: str, claims: list[dict[str, Any]], slices: list[dict[str, Any]],
+                       expected: dict[str, Any]) -> tuple[list[str], list[str]]:
+    """The verify Job's ResourceClaims (resource.k8s.io/v1): each must be allocated by the driver, on devices that
+    the ResourceSlices list with one of the pool's GPU UUIDs (uuid, or parentUUID for a MIG device). Returns the
+    problems and the allocated devices as "node/device"."""
+    driver = expected["driver"]
+    devices = {(s["spec"]["pool"]["name"], d["name"]): d for s in slices if s["spec"].get("driver") == driver
+               for d in s["spec"].get("devices") or []}
+    problems, allocated = [], []
+    if not claims:
+        return [f"pool {pool}: the verify Job's pod has no ResourceClaim"], []
+    for claim in claims:
+        name = claim["metadata"]["name"]
+        results = (((claim.get("status") or {}).get("allocation") or {}).get("devices") or {}).get("results") or []
+        if not results:
+            problems.append(f"pool {pool}: ResourceClaim {name} is not allocated")
+        for r in results:
+            device = devices.get((r.get("pool"), r.get("device")))
+            attrs = (device or {}).get("attributes") or {}
+            uuid = (attrs.get("parentUUID") or attrs.get("uuid") or {}).get("string")
+            if r.get("driver") != driver or device is None:
+                problems.append(f"pool {pool}: ResourceClaim {name} got {r.get('driver')} device "
+                                f"{r.get('pool')}/{r.get('device')}, which no ResourceSlice of {driver} lists")
+            elif uuid not in expected["gpu_uuids"]:
+                problems.append(f"pool {pool}: ResourceClaim {name} got {r.get('pool')}/{r.get('device')} (GPU "
+                                f"{uuid}), not a GPU of the pool")
+            else:
+                allocated.append(f"{r.get('pool')}/{r.get('device')}")
+    return problems, allocated
 
 
 def label_problems(node: str, labels: dict[str, str], expected: dict[str, str]) -> list[str]:
@@ -118,10 +182,13 @@ def operand_problems(node: str, pods: list[dict[str, Any]], operands: dict[str, 
 
 def job_manifest(name: str, namespace: str, pool_label: str, pool: str, request: dict[str, str],
                  image: str, command: list[str], taint_key: str | None,
-                 pod_labels: dict[str, str] | None = None, runtime_class: str | None = None) -> dict[str, Any]:
-    """A short Job that asks for the pool's resource and can only land on the pool's nodes, run by the pool's
-    RuntimeClass where it has one."""
+                 pod_labels: dict[str, str] | None = None, runtime_class: str | None = None,
+                 claim_template: str | None = None) -> dict[str, Any]:
+    """A short Job that asks for the pool's resource (a dra pool: one device by its ResourceClaimTemplate) and can
+    only land on the pool's nodes, run by the pool's RuntimeClass where it has one."""
     spec: dict[str, Any] = {
+        **({"resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": claim_template}]}
+           if claim_template else {}),
         **({"runtimeClassName": runtime_class} if runtime_class else {}),
         "restartPolicy": "Never",
         "nodeSelector": {pool_label: pool},
@@ -130,7 +197,7 @@ def job_manifest(name: str, namespace: str, pool_label: str, pool: str, request:
             "name": "probe",
             "image": image,
             "command": command,
-            "resources": {"limits": dict(request)},
+            "resources": {"limits": dict(request), **({"claims": [{"name": "gpu"}]} if claim_template else {})},
             "securityContext": {"allowPrivilegeEscalation": False, "runAsNonRoot": True, "runAsUser": 65534,
                                 "capabilities": {"drop": ["ALL"]}},
         }],
@@ -220,6 +287,9 @@ def render_table(rows: list[dict[str, Any]], fake_nodes: int, total_nodes: int, 
         headers.insert(headers.index("job"), "operator")
     if any("hami" in r for r in rows):
         headers.insert(-1, "hami")
+    if any("slices" in r for r in rows):
+        # dra pools: who published the nodes' ResourceSlices (the driver's kubelet plugin, or the lab's stand-in).
+        headers.insert(headers.index("job"), "slices")
     table = [headers] + [[str(r.get(h, "")) for h in headers] for r in rows]
     widths = [max(len(row[i]) for row in table) for i in range(len(headers))]
     # Indexed, not zip(strict=True): module_utils run on the hosts' Python, 3.9 on RHEL 9.

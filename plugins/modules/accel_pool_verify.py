@@ -154,6 +154,8 @@ from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_verify import
     STAND_IN,
     allocatable_problems,
     daemon_problems,
+    dra_claim_problems,
+    dra_slice_problems,
     hami_problems,
     job_manifest,
     label_problems,
@@ -176,8 +178,10 @@ def run_job(batch, core, p, pool) -> tuple[str, list[str], list]:
     # The preflight refuses a pool name that would make this name invalid (accel_values "pool_name").
     name = POOL_DERIVED_NAMES["verify Job"].format(pool=pool["pool"])
     ns = p["namespace"]
+    dra = pool.get("dra")
     body = job_manifest(name, ns, p["pool_label"], pool["pool"], pool["request"], p["job_image"],
-                        p["job_command"], p["taint_key"], pool.get("pod_labels"), pool.get("runtime_class"))
+                        p["job_command"], p["taint_key"], pool.get("pod_labels"), pool.get("runtime_class"),
+                        dra["claim_template"] if dra else None)
     try:
         batch.delete_namespaced_job(name, ns, propagation_policy="Foreground")
         while True:
@@ -209,7 +213,13 @@ def run_job(batch, core, p, pool) -> tuple[str, list[str], list]:
             reasons = [c.message for pd in pods for c in (pd.status.conditions or []) if c.message]
             problems.append(f"pool {pool['pool']}: verify Job {status} after {p['job_timeout']} s "
                             f"{'; '.join(reasons)}".rstrip())
-        return (f"{status} on {','.join(nodes)}" if nodes else status), problems, pods
+        summary = f"{status} on {','.join(nodes)}" if nodes else status
+        if dra:
+            # Read before the Job goes: its pod's claims (made from the pool's template) go with it.
+            dra_found, allocated = dra_claims(core.api_client, ns, pods, pool)
+            problems += dra_found
+            summary += f", claim allocated {', '.join(allocated)}" if allocated else ""
+        return summary, problems, pods
     finally:
         batch.delete_namespaced_job(name, ns, propagation_policy="Background")
 
@@ -230,6 +240,21 @@ def leftover_releases(core, namespace: str, wanted: list) -> list[str]:
         if secrets.items:
             found.append(ref)
     return found
+
+
+def resource_slices(kube) -> list[dict]:
+    """Every ResourceSlice (resource.k8s.io/v1), as plain objects."""
+    return client.CustomObjectsApi(kube).list_cluster_custom_object("resource.k8s.io", "v1", "resourceslices")["items"]
+
+
+def dra_claims(kube, namespace: str, pods, pool) -> tuple[list[str], list[str]]:
+    """The verify Job pods' ResourceClaims checked against the pool's GPUs in the driver's ResourceSlices."""
+    custom = client.CustomObjectsApi(kube)
+    names = [s.resource_claim_name for pd in pods for s in (pd.status.resource_claim_statuses or [])
+             if s.resource_claim_name]
+    claims = [custom.get_namespaced_custom_object("resource.k8s.io", "v1", namespace, "resourceclaims", n)
+              for n in names]
+    return dra_claim_problems(pool["pool"], claims, resource_slices(kube), pool["dra"])
 
 
 def daemonset_of(pod) -> str | None:
@@ -325,6 +350,19 @@ def main():
             row["allocatable"] = STAND_IN
         if operator_ns and "operands" in pool and "operator" not in found:
             row["operator"] = NOT_INSTALLED
+        if pool.get("dra"):
+            # The DRA driver publishes a dra node's GPUs as ResourceSlices (its kubelet plugin; in the lab its
+            # stand-in, named here as the evidence).
+            slices = resource_slices(kube)
+            found_slices, publishers = [], set()
+            for node in pool["nodes"]:
+                fake = ((nodes.get(node) and nodes[node].metadata.annotations) or {}).get(FAKE_NODE_ANNOTATION) == "fake"
+                node_problems, by = dra_slice_problems(node, slices, pool["dra"]["driver"], fake)
+                found_slices += node_problems
+                publishers |= {by} if by else set()
+            row["slices"] = (f"published by {', '.join(sorted(publishers))}" if not found_slices
+                             else f"{len(found_slices)} problem(s)")
+            pool_problems += found_slices
         scheduler_name = pool.get("scheduler_name")
         if p["run_jobs"] and not module.check_mode:
             try:

@@ -95,7 +95,8 @@ def test_job_manifest_names_the_pools_runtime_class_only_when_given():
 def test_expected_pools_take_the_runtime_class_from_the_release_values():
     """pgpu, mps and timeslice releases (the lab's mig pool is in the pgpu release) hand GPUs out by volume-mounts,
     which only the NVIDIA runtime reads: their Jobs name the RuntimeClass the release runs its agents with. vGPU
-    pools name none (HAMi pools run nvidia as the default runtime, gpu-manager injects its own devices)."""
+    pools name none (HAMi pools run nvidia as the default runtime, gpu-manager injects its own devices), nor does the
+    dra pool (the DRA driver hands its devices to the container engine as CDI devices)."""
     from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_chart_values, accel_pools
     from kalab.site import gpu_hosts, inventory
 
@@ -106,7 +107,7 @@ def test_expected_pools_take_the_runtime_class_from_the_release_values():
         got = {p["pool"]: p.get("runtime_class") for p in av.expected_pools(pools, releases)}
         assert got == values
         assert got == {"pgpu": name, "mig": name, "mps": name, "timeslice": name, "vgpu-hami": None,
-                       "vgpu-vcuda": None}
+                       "vgpu-vcuda": None, "dra": None}
 
 
 def test_operand_problems_want_each_operand_exactly_where_kube_accel_means_it():

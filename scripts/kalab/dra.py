@@ -109,7 +109,7 @@ def _gi_profiles(model: accel_mig.MigModel, where: str) -> list[dict]:
 
 def _profile_name(mig_name: str) -> str:
     # NVML's MIG device name: "<product> MIG <profile>", e.g. "NVIDIA A100-SXM4-80GB MIG 3g.40gb".
-    return mig_name.rsplit(" MIG ", 1)[-1]
+    return mig_name.rsplit("MIG ", 1)[-1]
 
 
 def _mig_devices(model: accel_mig.MigModel, parent_uuid: str, recorded: list[dict] | None, geometry: dict | None,
@@ -213,21 +213,22 @@ def resource_slices(node_name: str, snapshot: Path, mig_geometry: dict | None = 
     """The node's ResourceSlices as the plugin's ResourceSlice controller writes them: the pool the plugin hands it
     (driver.go publishResources: one pool named after the node, one slice) in the object the controller creates
     (k8s.io/dynamic-resource-allocation/resourceslice syncPool: generateName "<node>-gpu.nvidia.com-", pool
-    generation 1, resourceSliceCount, the Node as owner). publish() runs that controller itself against an API
-    server; this offline form is for tests and for a lab that applies the objects itself."""
+    generation 1, resourceSliceCount; the Node as owner only where an API server gives its UID). publish() runs that
+    controller itself against an API server; this offline form is for tests and for a lab that applies the objects
+    itself."""
     out = _run(node_name, snapshot, mig_geometry, derive_uuids)
-    pools = out["driverResources"]["pools"]
+    # resourceslice.DriverResources has no JSON tags: Go's field names.
+    pools = out["driverResources"]["Pools"]
     slices = []
     for pool_name, pool in sorted(pools.items()):
-        for s in pool["slices"]:
+        for s in pool["Slices"]:
             slices.append({
                 "apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
-                "metadata": {"generateName": f"{node_name}-{DRIVER}-",
-                             "ownerReferences": [{"apiVersion": "v1", "kind": "Node", "name": node_name,
-                                                  "uid": ""}]},
+                # The controller adds the Node as owner with its UID, which only an API server knows.
+                "metadata": {"generateName": f"{node_name}-{DRIVER}-"},
                 "spec": {"driver": DRIVER, "nodeName": node_name,
-                         "pool": {"name": pool_name, "generation": 1, "resourceSliceCount": len(pool["slices"])},
-                         "devices": s.get("devices") or []},
+                         "pool": {"name": pool_name, "generation": 1, "resourceSliceCount": len(pool["Slices"])},
+                         "devices": s.get("Devices") or []},
             })
     return slices
 

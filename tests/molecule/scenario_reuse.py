@@ -5,8 +5,9 @@ a green run recorded under ~/.cache/kube-accel/molecule/ (KA_CACHE overrides the
 
 - files: the scenario directory; for a role's scenario the role (without its other scenarios); every role, module,
   filter or connection plugin named in those files, and every repository path they name, followed until nothing new
-  turns up (module_utils with any module or filter); ansible.cfg, the collection's galaxy.yml and
-  meta/runtime.yml, and this harness;
+  turns up (a module_utils file when a file in the set names it, as every import does: what a module imports, and
+  what that imports, not every module_utils file); ansible.cfg, the collection's galaxy.yml and meta/runtime.yml,
+  and this harness;
 - the image id of every platform image, the podman version and the machine's kernel release;
 - every installed Python distribution of the venv (Molecule, ansible-core, the collections, Jinja2 ...) and any
   collection outside it, and the ANSIBLE_* / MOLECULE_* / KA_* environment;
@@ -46,9 +47,11 @@ KA_MOLECULE_REUSE=0 runs every scenario; a fresh machine has no records and runs
 
 from __future__ import annotations
 
+import ast
 import gzip
 import hashlib
 import http.client
+import io
 import json
 import lzma
 import os
@@ -57,6 +60,7 @@ import re
 import subprocess
 import sys
 import time
+import tokenize
 import urllib.request
 from dataclasses import dataclass
 from importlib import metadata
@@ -133,7 +137,8 @@ def _role_files(universe: frozenset[Path], repo: Path, role: str) -> set[Path]:
 def _plugin_index(repo: Path) -> dict[str, set[Path]]:
     """Name a task, filter or connection uses -> the plugin file that provides it."""
     index: dict[str, set[Path]] = {}
-    for kind in ("modules", "connection"):
+    # An action plugin runs on the controller under its module's name; modules name the doc fragments they extend.
+    for kind in ("modules", "action", "connection", "doc_fragments"):
         for p in (repo / "plugins" / kind).glob("*.py"):
             index.setdefault(p.stem, set()).add(p)
     for p in (repo / "plugins" / "filter").glob("*.py"):
@@ -146,11 +151,15 @@ def _plugin_index(repo: Path) -> dict[str, set[Path]]:
 
 
 def _text(path: Path) -> str:
-    """The text whose names and paths count: YAML without its comments (keys and values), other files as they are."""
+    """The text whose names and paths count: YAML without its comments (keys and values), Python without its comments
+    and docstrings (prose: a docstring naming plugins/module_utils is no import of all of them), other files as they
+    are."""
     try:
         text = path.read_text(encoding="utf-8")
     except (UnicodeDecodeError, OSError):
         return ""
+    if path.suffix == ".py":
+        return _python_code(text)
     if path.suffix in (".yml", ".yaml"):
         try:
             return "\n".join(_strings(list(yaml.safe_load_all(text))))
@@ -159,9 +168,30 @@ def _text(path: Path) -> str:
     return text
 
 
+def _python_code(text: str) -> str:
+    """Python source without comments and docstrings, as tokens; the text itself when it does not parse."""
+    try:
+        docstrings = {(n.body[0].lineno, n.body[0].col_offset) for n in ast.walk(ast.parse(text))
+                      if isinstance(n, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and n.body
+                      and isinstance(n.body[0], ast.Expr) and isinstance(n.body[0].value, ast.Constant)
+                      and isinstance(n.body[0].value.value, str)}
+        tokens = list(tokenize.generate_tokens(io.StringIO(text).readline))
+    except (SyntaxError, tokenize.TokenError, ValueError):
+        return text
+    return " ".join(t.string for t in tokens
+                    if t.type != tokenize.COMMENT and not (t.type == tokenize.STRING and t.start in docstrings))
+
+
+# Collection files a plugin reads at run time (through Path(__file__); tests/unit/test_molecule_reuse.py finds every
+# plugin that does and fails when one is missing here).
+PLUGIN_READS = {"plugins/action/accel_plan.py": ("roles/*/defaults/main.yml", "roles/*/meta/argument_specs.yml")}
+# Prose keys of argument specs and galaxy/meta files: Ansible shows them, it never acts on them.
+PROSE_KEYS = {"description", "short_description", "notes", "author"}
+
+
 def _strings(node) -> list[str]:
     if isinstance(node, dict):
-        return [s for k, v in node.items() for s in (*_strings(k), *_strings(v))]
+        return [s for k, v in node.items() if k not in PROSE_KEYS for s in (*_strings(k), *_strings(v))]
     if isinstance(node, list):
         return [s for item in node for s in _strings(item)]
     return [str(node)] if node is not None else []
@@ -180,7 +210,9 @@ def input_files(scenario: Scenario) -> list[Path]:
              if p in universe}
     roles = {p.name for p in (repo / "roles").iterdir() if p.is_dir()} if (repo / "roles").is_dir() else set()
     plugins = _plugin_index(repo)
-    module_utils = _files_under(universe, repo / "plugins" / "module_utils")
+    # module_utils by the name an import uses (`from ...module_utils import accel_sysfs`, `...module_utils.accel_sysfs
+    # import x`): followed like any other name, so a module brings what it imports and those files what they import.
+    module_utils = {p.stem: p for p in _files_under(universe, repo / "plugins" / "module_utils") if p.suffix == ".py"}
     env_dirs = {"MOLECULE_PROJECT_DIRECTORY": scenario.cwd, "MOLECULE_SCENARIO_DIRECTORY": scenario.directory}
     scanned: set[Path] = set()
     while pending := sorted(files - scanned):
@@ -190,13 +222,18 @@ def input_files(scenario: Scenario) -> list[Path]:
             if not text:
                 continue
             words = set(WORD.findall(text))
-            for role in roles & words:
+            # Python cannot include a role: a role's name in a plugin is a setting or a message.
+            for role in roles & words if path.suffix != ".py" else ():
                 files |= _role_files(universe, repo, role)
             for name in words & plugins.keys():
-                for plugin in plugins[name]:
-                    files.add(plugin)
-                    if plugin.parent.name in ("modules", "filter"):
-                        files |= module_utils
+                files |= plugins[name]
+            files |= {module_utils[name] for name in words & module_utils.keys()}
+            for pattern in PLUGIN_READS.get(path.relative_to(repo).as_posix(), ()):
+                files |= {p for p in universe if p.relative_to(repo).match(pattern)}
+            # A plugin runs from the installed collection: a repository path in its strings is a message, not a read
+            # (what a plugin does read from the collection is in PLUGIN_READS).
+            if path.suffix == ".py" and path.parent.parent == repo / "plugins":
+                continue
             for token in PATHISH.findall(text):
                 for target in _resolve(token, path, scenario.cwd, repo, env_dirs):
                     files |= _files_under(universe, target)

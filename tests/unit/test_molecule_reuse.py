@@ -40,10 +40,17 @@ def repo(tmp_path):
     write(tmp_path / "roles/r2/tasks/main.yml", "- ansible.builtin.debug: {msg: hi}\n")
     write(tmp_path / "roles/r3/tasks/main.yml", "- ansible.builtin.debug: {msg: hi}\n")
     write(tmp_path / "plugins/modules/m1.py", "from ansible.module_utils.u import x\n")
-    write(tmp_path / "plugins/modules/m2.py", "")
     write(tmp_path / "plugins/filter/f.py",
           "class FilterModule:\n    def filters(self):\n        return {'f_name': 1}\n")
-    write(tmp_path / "plugins/module_utils/u.py", "x = 1\n")
+    write(tmp_path / "plugins/module_utils/u.py", "from ansible.module_utils import u2\nx = 1\n")
+    write(tmp_path / "plugins/module_utils/u2.py", "y = 2\n")
+    # Imported by no plugin the scenario uses (m2 is unused; the action plugin of m1 imports u3).
+    write(tmp_path / "plugins/module_utils/unused_util.py", "z = 3\n")
+    write(tmp_path / "plugins/modules/m2.py", "from ansible.module_utils import unused_util\n")
+    # A repository path in a plugin's strings is a message (the plugin runs from the installed collection).
+    write(tmp_path / "plugins/action/m1.py",
+          "from ansible.module_utils import u3\nMSG = 'see tests/data/unused.json'\n")
+    write(tmp_path / "plugins/module_utils/u3.py", "w = 4\n")
     write(tmp_path / "tests/data/d.json", "{}\n")
     write(tmp_path / "tests/data/unused.json", "{}\n")
     subprocess.run(["git", "init", "-q"], cwd=tmp_path, check=True)
@@ -63,11 +70,12 @@ def test_input_files_follow_roles_plugins_and_paths(repo):
     assert files == {
         "roles/r1/tasks/main.yml", "roles/r1/molecule/s/molecule.yml", "roles/r1/molecule/s/converge.yml",
         "roles/r2/tasks/main.yml", "plugins/modules/m1.py", "plugins/filter/f.py", "plugins/module_utils/u.py",
-        "tests/data/d.json",
+        "plugins/module_utils/u2.py", "plugins/action/m1.py", "plugins/module_utils/u3.py", "tests/data/d.json",
     }
 
 
 @pytest.mark.parametrize("path", ["roles/r1/tasks/main.yml", "roles/r2/tasks/main.yml", "plugins/module_utils/u.py",
+                                  "plugins/module_utils/u2.py", "plugins/module_utils/u3.py", "plugins/action/m1.py",
                                   "plugins/filter/f.py", "roles/r1/molecule/s/converge.yml", "tests/data/d.json"])
 def test_a_changed_input_file_changes_the_key(repo, path):
     before = key(repo)
@@ -89,6 +97,7 @@ def test_a_file_mode_change_changes_the_key(repo):
 
 
 @pytest.mark.parametrize("path", ["roles/r3/tasks/main.yml", "plugins/modules/m2.py", "roles/r1/README.md",
+                                  "plugins/module_utils/unused_util.py",
                                   "roles/r1/molecule/other/converge.yml", "tests/data/unused.json"])
 def test_files_the_scenario_cannot_read_leave_the_key(repo, path):
     before = key(repo)
@@ -436,3 +445,29 @@ def test_molecule_images_name_each_image_and_its_host_image_as_lab_host_image_sh
                                                                          "localhost/kube-accel/debian12-python:1")
     assert images["localhost/kube-accel/debian13-containerd:current"] == ("trixie:containerd containerd",
                                                                          "localhost/kube-accel/debian13-python:1")
+
+
+def test_what_a_plugin_reads_from_the_collection_is_an_input(repo, monkeypatch):
+    write(repo / "roles/r3/defaults/main.yml", "x: 1\n")
+    monkeypatch.setitem(reuse.PLUGIN_READS, "plugins/action/m1.py", ("roles/*/defaults/main.yml",))
+    files = {p.relative_to(repo).as_posix() for p in reuse.input_files(scenario(repo))}
+    assert "roles/r3/defaults/main.yml" in files and "roles/r3/tasks/main.yml" not in files
+
+
+def test_every_plugin_that_reads_collection_files_is_listed():
+    """A plugin that finds files through its own location reads the collection at run time: PLUGIN_READS must name
+    it, or a scenario's key would miss those files."""
+    repo = Path(reuse.__file__).resolve().parents[2]
+    readers = {p.relative_to(repo).as_posix() for p in (repo / "plugins").glob("*/*.py") if "__file__" in p.read_text()}
+    assert readers == set(reuse.PLUGIN_READS)
+
+
+def test_prose_and_python_comments_name_nothing(repo):
+    write(repo / "roles/r1/meta/argument_specs.yml",
+          "argument_specs:\n  main:\n    short_description: like r3\n    options:\n      a: {description: see m2}\n")
+    write(repo / "plugins/module_utils/u.py", '"""Docstring naming unused_util and tests/data/unused.json."""\n'
+          "# a comment naming r3\nfrom ansible.module_utils import u2\nx = 1\n")
+    files = {p.relative_to(repo).as_posix() for p in reuse.input_files(scenario(repo))}
+    assert not files & {"roles/r3/tasks/main.yml", "plugins/modules/m2.py", "plugins/module_utils/unused_util.py",
+                        "tests/data/unused.json"}
+    assert "plugins/module_utils/u2.py" in files

@@ -15,9 +15,11 @@ import sys
 import tempfile
 from pathlib import Path
 
+from footprint import E2E_ROOT
+
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
-ROOT = Path("/tmp/kae2e")
+ROOT = Path(E2E_ROOT)
 MODULES = ("containerd_nvidia_dropin", "nvidia_runtime_config")
 
 
@@ -38,8 +40,8 @@ def main() -> None:
         env = {**os.environ, "ANSIBLE_KEEP_REMOTE_FILES": "1", "ANSIBLE_REMOTE_TMP": f"{tmp}/remote",
                "ANSIBLE_NOCOLOR": "1", "ANSIBLE_FORCE_COLOR": "0"}
         run = subprocess.run([str(Path(sys.executable).parent / "ansible-playbook"), "-i", "localhost,",
-                              str(HERE / "modules.yml")], cwd=REPO, env=env, capture_output=True, text=True,
-                             check=False)
+                              str(HERE / "modules.yml"), "-e", f"e2e_root={ROOT}"], cwd=REPO, env=env,
+                             capture_output=True, text=True, check=False)
         (out / "ansible-playbook.log").write_text(run.stdout + run.stderr)
         if run.returncode:
             raise SystemExit(f"modules.yml failed (rc {run.returncode}): {out / 'ansible-playbook.log'}")

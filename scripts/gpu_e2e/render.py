@@ -29,6 +29,7 @@ from ansible_collections.kube_accel.gpu.plugins.module_utils import (  # noqa: E
     accel_pools,
     accel_values,
 )
+from footprint import E2E_ROOT  # noqa: E402 (gpu-e2e.sh's E: the bundle unpacks there)
 
 
 def checked(name: str, value) -> None:
@@ -37,8 +38,6 @@ def checked(name: str, value) -> None:
         raise SystemExit(f"pools.yml: {name}={value!r}: " + "; ".join(p for _, p in problems))
 
 
-# Where gpu-e2e.sh keeps its cluster (its E: the bundle unpacks there).
-E2E_ROOT = "/tmp/kae2e"
 
 
 def inventory(node: str, settings: dict, cluster: dict) -> dict:

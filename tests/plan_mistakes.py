@@ -7,6 +7,10 @@ Every case is its own pool group (``pool_<host>``, its ``group_vars`` text writt
 applies) holding its own host; the good pool ``pool_ok_pgpu`` must pass. Hosts run with ``ansible_connection:
 local`` on the recorded NVML snapshots of tests/data/nvml (no GPU here: the snapshot stands in for NVML, the true
 edge). ``kube_control_plane`` holds ``plan-cp-0``, which reports the cluster's and the inventory's own problems.
+
+A case with ``cluster_vars`` (text added to ``group_vars/all.yml``: a cluster setting every host shares, such as the
+Kubernetes version) cannot share the one inventory: those cases get a second inventory of their own, without the good
+pool, and ``run_all`` merges both reports.
 """
 
 from __future__ import annotations
@@ -36,14 +40,15 @@ def group_of(case: dict) -> str:
     return "pool_" + case["host"].lower().replace("-", "_").replace(".", "_")
 
 
-def build(root: Path) -> Path:
-    """Write the inventory of every case under ``root``; returns its hosts.yml."""
+def build(root: Path, table: list[dict] | None = None, good: bool = True, cluster_vars: str = "") -> Path:
+    """Write the inventory of the cases (default: every case without ``cluster_vars``) under ``root``, with the good
+    pool unless ``good`` is false and ``cluster_vars`` added to group_vars/all.yml; returns its hosts.yml."""
     (root / "group_vars").mkdir(parents=True, exist_ok=True)
     (root / "host_vars").mkdir(exist_ok=True)
-    pools: dict = {"pool_ok_pgpu": {"hosts": {GOOD_HOST: None}}}
+    pools: dict = {"pool_ok_pgpu": {"hosts": {GOOD_HOST: None}}} if good else {}
     direct: dict = {}
     top: dict = {}
-    table = cases()
+    table = [c for c in cases() if not c.get("cluster_vars")] if table is None else table
     for case in table:
         host, group = case["host"], group_of(case)
         members = {host: None}
@@ -77,17 +82,38 @@ def build(root: Path) -> Path:
         **top,
     }}}
     (root / "hosts.yml").write_text("---\n" + yaml.safe_dump(inventory, sort_keys=False))
-    (root / "group_vars" / "pool_ok_pgpu.yml").write_text(
-        "accel_pool: ok-pgpu\naccel_mode: pgpu\naccel_lab_gpu: dual-socket-a100x8\n"
-        "accel_numa_policy: single-numa-node\n")
+    if good:
+        (root / "group_vars" / "pool_ok_pgpu.yml").write_text(
+            "accel_pool: ok-pgpu\naccel_mode: pgpu\naccel_lab_gpu: dual-socket-a100x8\n"
+            "accel_numa_policy: single-numa-node\n")
     (root / "group_vars" / "all.yml").write_text(
         "---\n"
         'accel_kubernetes_version: "1.36"\n'
         "accel_namespace: kube-accel\n"
         "accel_control_plane_cidrs: [10.0.0.10/32]\n"
         'accel_driver_branch: "535"\n'
-        f'accel_nvml_snapshot: "{REPO}/tests/data/nvml/{{{{ accel_lab_gpu }}}}.json"\n')
+        f'accel_nvml_snapshot: "{REPO}/tests/data/nvml/{{{{ accel_lab_gpu }}}}.json"\n' + cluster_vars)
     return root / "hosts.yml"
+
+
+def run_all(root: Path) -> dict:
+    """The preflight on the main inventory and, for the cases with ``cluster_vars``, on a second one: one report
+    (problems and messages of both, the reporter's joined; the plays of the main run; the stats of both)."""
+    report = run(build(root / "main"))
+    variant = [c for c in cases() if c.get("cluster_vars")]
+    if not variant:
+        return report
+    names = [name for c in variant for name in yaml.safe_load(c["cluster_vars"])]
+    assert len(names) == len(set(names)), f"cases with cluster_vars set one variable twice: {names}"
+    other = run(build(root / "cluster", variant, good=False, cluster_vars="".join(c["cluster_vars"] for c in variant)))
+    for key in ("problems", "messages"):
+        for host, found in other[key].items():
+            mine = report[key].get(host)
+            report[key][host] = found if mine is None else (mine + found if key == "problems" else f"{mine}\n{found}")
+    report["stats"].update({(f"{host} (cluster_vars inventory)" if host in report["stats"] else host): stats
+                            for host, stats in other["stats"].items()})
+    report["rc"] = report["rc"] or other["rc"]
+    return report
 
 
 def run(inventory: Path, playbook: str = "ansible/site.yml") -> dict:
@@ -177,7 +203,7 @@ def main() -> int:
     parser.add_argument("--write-docs", action="store_true", help="rewrite docs/plan-checks.md from a real run")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="ka-plan-mistakes-") as tmp:
-        report = run(build(Path(tmp)))
+        report = run_all(Path(tmp))
     if args.write_docs:
         DOC.write_text(render_doc(report))
         print(f"wrote {DOC.relative_to(REPO)}")

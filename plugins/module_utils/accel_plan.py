@@ -26,7 +26,10 @@ import re
 from dataclasses import dataclass, field
 
 from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_driver as driver
+from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_pools
 from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_constants import (
+    DRA_DRIVER_VERSION,
+    DRA_FEATURE_GATES,
     MIG_RECORD_FILE,
     MODES,
     VCUDA_CORES_PER_GPU,
@@ -69,6 +72,14 @@ HAMI_MAX_VERIFIED_DRIVER_BRANCH = 580
 # kubelet_gpu sets the NUMA policy in a kubelet --config-dir drop-in: alpha behind KubeletConfigDropInDir in
 # 1.28-1.29, on by default from 1.30; older kubelets do not start with the flag.
 MIN_KUBERNETES_NUMA = (1, 30)
+# NVIDIA's DRA driver v0.4.1 (docs/prerequisites.md): Kubernetes v1.34.2 or later (resource.k8s.io/v1, DRA on by
+# default), NVIDIA driver 565 or later for GPU allocation, and CDI enabled in the container runtime ("enabled by default
+# in containerd 2.0+ and CRIO v1.27+"; containerd 1.7 has enable_cdi off, and roles/container_toolkit does not turn it
+# on). Docker (cri-dockerd) passes no CDI devices from DRA claims to containers.
+MIN_KUBERNETES_DRA = (1, 34, 2)
+MIN_DRIVER_BRANCH_DRA = 565
+MIN_CONTAINERD_MAJOR_DRA = 2
+DRA_RUNTIMES = ("containerd", "crio")
 # The first driver branch whose CUDA knows each GPU architecture (CUDA Toolkit release notes, "CUDA Toolkit and
 # Corresponding Driver Versions": sm_70 CUDA 9.0 / 384, sm_75 10.0 / 410, sm_80 11.0 / 450, sm_86 11.1 / 455, sm_89
 # and sm_90 11.8 / 520, sm_100 and sm_120 12.8 / 570), newest first. A model with a published minimum (accel_mig
@@ -106,6 +117,14 @@ _UNSET = object()
 
 def _gpu_label(gpu: dict) -> str:
     return f"GPU {gpu.get('index')} ({gpu.get('name')})"
+
+
+def _version_triple(text) -> tuple[int, int, int | None] | None:
+    """(major, minor, patch or None) of "1.34", "v1.34.2"."""
+    match = re.match(r"^\s*v?(\d+)\.(\d+)(?:\.(\d+))?", str(text))
+    if not match:
+        return None
+    return int(match.group(1)), int(match.group(2)), None if match.group(3) is None else int(match.group(3))
 
 
 def _version_tuple(text) -> tuple[int, int] | None:
@@ -219,11 +238,129 @@ def rule_hami_driver(ctx: Context) -> list[str]:
     return []
 
 
+def _off(value) -> bool:
+    """A boolean role setting written as false (false, "false", "no", "off", "0")."""
+    if isinstance(value, str):
+        return value.strip().lower() in ("false", "no", "off", "0", "n")
+    return value is False or value == 0
+
+
+def rule_dra_kubernetes(ctx: Context) -> list[str]:
+    """A dra pool needs Kubernetes 1.34.2 or newer (the DRA driver's floor: resource.k8s.io/v1 on by default)."""
+    if ctx.get("accel_mode") != "dra":
+        return []
+    raw = ctx.get("accel_kubernetes_version", _UNSET)
+    version = _version_triple(raw) if raw is not _UNSET else None
+    minimum = ".".join(map(str, MIN_KUBERNETES_DRA))
+    allowed = f"Kubernetes {minimum} or newer (\"1.34\" with patch 2 or later, \"1.35\", \"1.36\"), or no dra pool"
+    if version is None:
+        return [ctx.problem("accel_kubernetes_version", raw, "needed to check accel_mode 'dra' and not a version",
+                            allowed)]
+    major_minor = version[:2]
+    if major_minor < MIN_KUBERNETES_DRA[:2] or (major_minor == MIN_KUBERNETES_DRA[:2] and version[2] is not None
+                                                and version[2] < MIN_KUBERNETES_DRA[2]):
+        return [ctx.problem("accel_kubernetes_version", raw,
+                            f"accel_mode 'dra' needs Kubernetes {minimum} or newer: NVIDIA's DRA driver "
+                            f"v{DRA_DRIVER_VERSION} allocates through resource.k8s.io/v1, on by default from 1.34 "
+                            "(docs/prerequisites.md)", allowed)]
+    return []
+
+
+def rule_dra_driver_branch(ctx: Context) -> list[str]:
+    """A dra pool needs driver branch 565 or newer (the DRA driver's floor for GPU allocation)."""
+    if ctx.get("accel_mode") != "dra":
+        return []
+    raw = ctx.value("accel_driver_branch")
+    branch = _driver_branch(raw)
+    if branch is None or branch >= MIN_DRIVER_BRANCH_DRA:
+        return []
+    default = "" if "accel_driver_branch" in ctx.settings else " (kube-accel's default)"
+    return [ctx.problem("accel_driver_branch", raw,
+                        f"driver branch {branch}{default} is older than NVIDIA's DRA driver v{DRA_DRIVER_VERSION} "
+                        f"supports for GPU allocation ({MIN_DRIVER_BRANCH_DRA} or later, docs/prerequisites.md)",
+                        f"accel_driver_branch \"{MIN_DRIVER_BRANCH_DRA}\" or newer on dra pools, e.g. \"570\" or "
+                        "\"580\"")]
+
+
+def rule_dra_runtime(ctx: Context) -> list[str]:
+    """A dra pool's containers get their GPUs as CDI devices (the DRA kubelet plugin writes the CDI spec of each
+    claim): the runtime roles/container_toolkit configures must pass CDI devices on."""
+    if ctx.get("accel_mode") != "dra":
+        return []
+    problems = []
+    runtime = ctx.value("accel_container_runtime")
+    if runtime not in DRA_RUNTIMES:
+        problems.append(ctx.problem(
+            "accel_container_runtime", runtime, f"{runtime} (through cri-dockerd) passes no CDI devices from DRA "
+            "claims to containers, so a dra pool's pods would start without their GPUs",
+            "containerd (2.0 or newer) or crio on dra pools"))
+    facts = ctx.facts or {}
+    if _off(facts.get("container_toolkit_cdi")):
+        problems.append(ctx.problem(
+            "container_toolkit_cdi", facts.get("container_toolkit_cdi"),
+            "turns off roles/container_toolkit's CDI specification (nvidia-ctk cdi generate and its boot unit) on a "
+            "host of a dra pool, whose GPUs reach containers as CDI devices only",
+            "container_toolkit_cdi: true (the role's default) on dra pools"))
+    containerd = _version_tuple((facts.get("host_runtime") or {}).get("containerd_version") or "")
+    if runtime == "containerd" and containerd is not None and containerd[0] < MIN_CONTAINERD_MAJOR_DRA:
+        problems.append(ctx.problem(
+            "accel_container_runtime", runtime,
+            f"the host runs containerd {facts['host_runtime']['containerd_version']}, whose CRI plugin has CDI off "
+            "(enable_cdi = false by default before containerd 2.0) and roles/container_toolkit does not turn it "
+            "on: claimed GPUs would not reach the containers",
+            "containerd 2.0 or newer (CDI on by default), or crio, on dra pools"))
+    return problems
+
+
+def rule_dra_sharing(ctx: Context) -> list[str]:
+    """A dra pool's sharing against the driver's feature gates (alpha gates are never turned on silently), its MIG
+    devices and its GPUs; the opaque config kube-accel renders from it is what the driver's API accepts."""
+    if ctx.get("accel_mode") != "dra":
+        return []
+    problems = []
+    sharing = ctx.value("accel_dra_sharing")
+    written = ctx.get("accel_dra_feature_gates", _UNSET)
+    gates = written if isinstance(written, dict) else {}
+    for gate in sorted(accel_pools.dra_feature_gates_needed({**ctx.settings, "accel_dra_sharing": sharing})):
+        if gates.get(gate) is True:
+            continue
+        stage = DRA_FEATURE_GATES[gate][1].lower()
+        problems.append(ctx.problem(
+            "accel_dra_feature_gates", written,
+            f"accel_dra_sharing '{sharing}' needs the DRA driver's feature gate {gate}, which is {stage} in "
+            f"v{DRA_DRIVER_VERSION} and off by default (the driver refuses the pool's config without it); "
+            "kube-accel turns no alpha gate on by itself",
+            f"accel_dra_feature_gates: {{{gate}: true}} (accepting an {stage} feature), or accel_dra_sharing "
+            "exclusive"))
+    if gates.get("DynamicMIG") is True and ctx.get("accel_mig_geometry"):
+        problems.append(ctx.problem(
+            "accel_dra_feature_gates", gates, "DynamicMIG lets the driver create and destroy MIG devices per claim, "
+            "while this pool's accel_mig_geometry has them created by kube-accel",
+            "DynamicMIG off (or unset) with an accel_mig_geometry; or no geometry"))
+    mig = bool(ctx.get("accel_mig_geometry"))
+    interval = ctx.get("accel_dra_timeslice_interval")
+    if mig and sharing == "timeslice" and interval not in (None, "Default"):
+        problems.append(ctx.problem(
+            "accel_dra_timeslice_interval", interval, "a MIG pool's claims get MigDeviceConfig, which has no "
+            "time-slice interval (v0.4.1 MigDeviceSharing: strategy and mpsConfig only): MIG devices time-slice "
+            "at the default", "Default (or unset) on a pool with accel_mig_geometry"))
+    if sharing == "mps":
+        for gpu in ctx.gpus:
+            cc = _version_tuple(gpu.get("compute_capability", ""))
+            if cc is not None and cc < MPS_MIN_COMPUTE_CAPABILITY:
+                problems.append(ctx.problem(
+                    "accel_dra_sharing", "mps",
+                    f"{_gpu_label(gpu)} has compute capability {gpu.get('compute_capability')} (pre-Volta)",
+                    "mps on compute capability 7.0 (Volta) or newer; exclusive or timeslice on older GPUs"))
+                break
+    return problems
+
+
 def rule_mig_exclusive(ctx: Context) -> list[str]:
     mode = ctx.get("accel_mode")
     if mode not in ("vgpu", "mps", "timeslice"):
         return []
-    allowed = ("accel_mode pgpu for MIG; vgpu, mps and timeslice need GPUs with MIG disabled "
+    allowed = ("accel_mode pgpu or dra for MIG; vgpu, mps and timeslice need GPUs with MIG disabled "
                "(no accel_mig_geometry, accel_mig_strategy none)")
     problems = []
     # MIG kube-accel turned on is turned off by the hosts play before the cluster play switches the node's mode.
@@ -289,8 +426,10 @@ def rule_timeslice(ctx: Context) -> list[str]:
 
 
 def rule_mig_geometry(ctx: Context) -> list[str]:
+    """A MIG geometry (pgpu, or dra: the same rules) fits the pool's GPUs, with a strategy and a driver that knows
+    it."""
     geometry = ctx.get("accel_mig_geometry")
-    if not geometry or ctx.get("accel_mode") != "pgpu":
+    if not geometry or ctx.get("accel_mode") not in ("pgpu", "dra"):
         return []  # vgpu/mps with a MIG plan are reported by rule_mig_exclusive
     if not isinstance(geometry, dict):
         return [ctx.problem("accel_mig_geometry", geometry, "not a mapping",
@@ -332,6 +471,14 @@ def rule_mig_geometry(ctx: Context) -> list[str]:
 def rule_mig_owner(ctx: Context) -> list[str]:
     if not ctx.get("accel_mig_geometry") or ctx.value("accel_mig_owner") != "operator":
         return []
+    if ctx.get("accel_mode") == "dra":
+        # accel_pools.operator_mig: the operator's mig-manager is labelled onto pgpu pools only. It would also pause
+        # and restart only the operator's GPU clients around a change, not the DRA kubelet plugin, which publishes
+        # the MIG devices it found when it started.
+        return [ctx.problem("accel_mig_owner", ctx.value("accel_mig_owner"),
+                            "a dra pool's MIG geometry is applied by the host (roles/mig, before the DRA kubelet "
+                            "plugin starts); the GPU Operator's mig-manager serves pgpu pools only",
+                            "accel_mig_owner: host on dra pools with accel_mig_geometry")]
     if ctx.get("accel_gpu_operator_enabled") is False:
         return [ctx.problem("accel_mig_owner", ctx.value("accel_mig_owner"),
                             "the GPU Operator's mig-manager applies the geometry, but accel_gpu_operator_enabled "
@@ -463,7 +610,7 @@ def rule_driver_branch_gpus(ctx: Context) -> list[str]:
     branch = _driver_branch(ctx.get("accel_driver_branch"))
     if branch is None or ctx.value("accel_vfio_passthrough"):
         return []  # passthrough hosts run no host driver
-    mig_pool = bool(ctx.get("accel_mig_geometry")) and ctx.get("accel_mode") == "pgpu"
+    mig_pool = bool(ctx.get("accel_mig_geometry")) and ctx.get("accel_mode") in ("pgpu", "dra")
     problems, seen = [], set()
     for gpu in ctx.gpus:
         found = minimum_driver_branch(gpu)
@@ -522,12 +669,14 @@ def rule_fabric_manager(ctx: Context) -> list[str]:
 def rule_mig_left_on(ctx: Context) -> list[str]:
     """A whole-GPU pool without a MIG plan on GPUs that have MIG on: nothing kube-accel runs turns it off, so the
     pool would serve MIG devices nobody planned (and the exclusive config sees no whole GPU)."""
-    if ctx.get("accel_mode") != "pgpu" or ctx.get("accel_mig_geometry") or ctx.value("accel_vfio_passthrough"):
+    if (ctx.get("accel_mode") not in ("pgpu", "dra") or ctx.get("accel_mig_geometry")
+            or ctx.value("accel_vfio_passthrough")):
         return []
     on = [gpu for gpu in ctx.gpus if gpu.get("mig_mode_current") or gpu.get("mig_mode_pending")]
     if not on or _mig_turned_on_by_kube_accel(ctx):
         return []
-    return [ctx.problem("accel_mode", "pgpu", f"{len(on)} GPU(s) have MIG enabled ({_gpu_label(on[0])}: current="
+    return [ctx.problem("accel_mode", ctx.get("accel_mode"),
+                        f"{len(on)} GPU(s) have MIG enabled ({_gpu_label(on[0])}: current="
                         f"{on[0].get('mig_mode_current')}, pending={on[0].get('mig_mode_pending')}) and the pool plans "
                         "no MIG geometry; kube-accel turns off only MIG it turned on (no record of that here: "
                         f"{MIG_RECORD_FILE}), so nothing would turn it off",
@@ -569,6 +718,10 @@ RULES = (
     rule_vfio,
     rule_kubernetes_numa,
     rule_kubernetes_distribution,
+    rule_dra_kubernetes,
+    rule_dra_driver_branch,
+    rule_dra_runtime,
+    rule_dra_sharing,
     rule_driver_branch_gpus,
     rule_driver_flavor,
     rule_fabric_manager,

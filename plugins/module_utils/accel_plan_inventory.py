@@ -271,6 +271,11 @@ class _Checker:
                     modes.append(f"{group} (accel_mode={record['value'] if record else '(inherited)'})")
                 distinct = {(self.groups[g].get("vars") or {}).get("accel_mode", {}).get("value") for g in groups}
                 what = "different modes on one host" if len(distinct) > 1 else "one host in two pools"
+                if "dra" in distinct and len(distinct) > 1:
+                    # Both would take the host's GPUs: the DRA kubelet plugin publishes them for claims while a
+                    # device plugin advertises them as extended resources, and neither knows the other's pods.
+                    what = ("a DRA pool and a device-plugin pool on one host: NVIDIA's DRA kubelet plugin and a "
+                            "device plugin would hand out the same GPUs twice")
                 self.host_problem(host, f"{host}: group_names = {sorted(groups)!r}: {what}: {', '.join(modes)}; "
                                         f"allowed: exactly one pool group under {POOLS_GROUP}, so one mode per host")
 

@@ -91,12 +91,12 @@ def dra_opaque_config(settings: dict[str, Any]) -> dict[str, Any] | None:
         return None
     mig = mig_enabled(settings)
     config: dict[str, Any] = {"apiVersion": DRA_CONFIG_API_VERSION, "kind": "MigDeviceConfig" if mig else "GpuConfig"}
-    sharing = settings.get("accel_dra_sharing") or accel_inventory.default_of("accel_dra_sharing")
+    sharing = settings.get("accel_dra_sharing", accel_inventory.default_of("accel_dra_sharing"))
     if sharing == "timeslice":
         config["sharing"] = {"strategy": DRA_STRATEGIES[sharing]}
         if not mig:
-            interval = (settings.get("accel_dra_timeslice_interval")
-                        or accel_inventory.default_of("accel_dra_timeslice_interval"))
+            interval = settings.get("accel_dra_timeslice_interval",
+                                    accel_inventory.default_of("accel_dra_timeslice_interval"))
             config["sharing"]["timeSlicingConfig"] = {"interval": interval}
     elif sharing == "mps":
         mps: dict[str, Any] = {}

@@ -16,9 +16,9 @@ from pathlib import Path
 import plan_mistakes as pm
 import pytest
 
-# Every class of mistake issue 30 names, each with cases.
+# Every class of mistake issue 30 names, each with cases, and the DRA pool mistakes of issue 33.
 CLASSES = {"unknown names", "YAML types", "ranges", "contradictions", "between hosts", "between files",
-           "values reaching files", "values reaching names", "robust reporting", "lab only"}
+           "values reaching files", "values reaching names", "robust reporting", "lab only", "DRA pools"}
 # <where>: <field> = <value> (<origin>): <what>; allowed: <what is allowed>
 MESSAGE = re.compile(r"^\S.*?: \S+( = .+?)?: .+; allowed: .+$", re.S)
 
@@ -26,7 +26,7 @@ MESSAGE = re.compile(r"^\S.*?: \S+( = .+?)?: .+; allowed: .+$", re.S)
 @pytest.fixture(scope="module")
 def report():
     with tempfile.TemporaryDirectory(prefix="ka-plan-mistakes-") as tmp:
-        yield pm.run(pm.build(Path(tmp)))
+        yield pm.run_all(Path(tmp))
 
 
 def test_the_table_covers_every_class():

@@ -38,10 +38,10 @@ EXPECTED = {
         f"accel_mps_replicas = 64 ({INV}group_vars/pool_mps_on_mig.yml:4): out of range; allowed: an integer "
         "2..48",
         f"accel_mig_strategy = 'mixed' ({INV}group_vars/pool_mps_on_mig.yml:5): set for this pool, whose "
-        "settings make it ignored (it applies with accel_mode pgpu); allowed: remove it, or set it for pools "
+        "settings make it ignored (it applies with accel_mode pgpu or dra); allowed: remove it, or set it for pools "
         "it applies to",
         f"accel_mode = 'mps' ({INV}group_vars/pool_mps_on_mig.yml:3): GPU 0 (NVIDIA A100-SXM4-80GB) has MIG "
-        "enabled (current=True, pending=True); allowed: accel_mode pgpu for MIG; vgpu, mps and timeslice need"
+        "enabled (current=True, pending=True); allowed: accel_mode pgpu or dra for MIG; vgpu, mps and timeslice need"
         " GPUs with MIG disabled (no accel_mig_geometry, accel_mig_strategy none)",
     ],
     'bad-names-0': [
@@ -226,5 +226,5 @@ def test_example_inventory_passes_preflight_before_drivers_exist():
                        "--check")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     stats = recap(proc.stdout)
-    assert len(stats) == 23 and all(s["changed"] == 0 and s["failed"] == 0 for s in stats.values()), stats
+    assert len(stats) == 25 and all(s["changed"] == 0 and s["failed"] == 0 for s in stats.values()), stats
     assert "plan OK (0 GPU(s), " in proc.stdout

@@ -126,15 +126,15 @@ def test_rule_vgpu_mps_and_timeslice_refused_on_mig(mode):
     on_mig = check(pool(mode=mode, **extra), gpus("a100-80gb-mig"))
     assert on_mig == [
         f"gpu-01: accel_mode = '{mode}': GPU 0 (NVIDIA A100-SXM4-80GB) has MIG enabled (current=True, "
-        "pending=True); allowed: accel_mode pgpu for MIG; vgpu, mps and timeslice need GPUs with MIG disabled (no "
-        "accel_mig_geometry, accel_mig_strategy none)"]
+        "pending=True); allowed: accel_mode pgpu or dra for MIG; vgpu, mps and timeslice need GPUs with MIG "
+        "disabled (no accel_mig_geometry, accel_mig_strategy none)"]
     pending = gpus("a100-80gb")
     pending["gpus"][0]["mig_mode_pending"] = True  # MIG switched on, waiting for a GPU reset
     assert "has MIG enabled (current=False, pending=True)" in check(pool(mode=mode, **extra), pending)[0]
     planned = check(pool(mode=mode, mig_geometry={"1g.10gb": 7}, **extra), gpus("a100-80gb"))
     assert planned == [
         f"gpu-01: accel_mig_geometry = {{'1g.10gb': 7}}: a MIG plan on a pool with accel_mode {mode}; allowed: "
-        "accel_mode pgpu for MIG; vgpu, mps and timeslice need GPUs with MIG disabled (no accel_mig_geometry, "
+        "accel_mode pgpu or dra for MIG; vgpu, mps and timeslice need GPUs with MIG disabled (no accel_mig_geometry, "
         "accel_mig_strategy none)"]
     strategy = check(pool(mode=mode, mig_strategy="single", **extra), gpus("a100-80gb"))
     assert len(strategy) == 1 and strategy[0].startswith("gpu-01: accel_mig_strategy = 'single': a MIG plan")

@@ -39,7 +39,14 @@ def meta(chart):
 
 
 def test_every_chart_is_covered():
-    assert set(ALL_CHARTS) == {*APP_IMAGE, "monitoring"}, "a new chart: name the image its appVersion follows"
+    assert set(ALL_CHARTS) == {*APP_IMAGE, "monitoring", "dra-pools"}, \
+        "a new chart: name the image its appVersion follows"
+
+
+def test_dra_pools_follows_the_dra_driver_it_configures():
+    """dra-pools runs no image: its classes are written for the DRA driver release the dra_driver role installs
+    (device attributes, opaque config API), so its appVersion is that release."""
+    assert meta("dra-pools")["appVersion"] == accel_inventory.defaults("cluster")["accel_dra_driver_chart_version"]
 
 
 @pytest.mark.parametrize("chart", sorted(APP_IMAGE))
@@ -66,13 +73,20 @@ def test_kube_version_floor_is_the_oldest_version_the_tests_validate():
     """One supported range for the product: every chart's floor is the oldest Kubernetes the chart suite validates
     the rendered objects against (chartlib) and the conformance suite loads the scheduler configs with
     (kube-scheduler v1.25.16's own decoder, tests/conformance/go/schedcfg125/go.mod)."""
-    floors = {chart: _minimum(meta(chart)["kubeVersion"]) for chart in ALL_CHARTS}
+    floors = {chart: _minimum(meta(chart)["kubeVersion"]) for chart in ALL_CHARTS if chart != "dra-pools"}
     assert len(set(floors.values())) == 1, f"charts disagree on the oldest Kubernetes: {floors}"
     floor = next(iter(floors.values()))
     assert tuple(int(x) for x in SUPPORTED_KUBE_VERSIONS[0].split(".")[:2]) == floor
     gomod = (REPO / "tests" / "conformance" / "go" / "schedcfg125" / "go.mod").read_text()
     assert re.search(rf"require k8s\.io/kubernetes v{floor[0]}\.{floor[1]}\.\d+", gomod), \
         "the kube-scheduler decoder harness no longer loads configs at the charts' oldest minor"
+
+
+def test_dra_pools_floor_is_the_preflights_dra_floor():
+    """DRA pools alone need resource.k8s.io/v1: their chart's floor is the minor the preflight requires of a dra pool
+    (accel_plan.MIN_KUBERNETES_DRA), and nothing older than the product's floor."""
+    assert _minimum(meta("dra-pools")["kubeVersion"]) == accel_plan.MIN_KUBERNETES_DRA[:2]
+    assert _minimum(meta("dra-pools")["kubeVersion"]) >= _minimum(meta("pgpu")["kubeVersion"])
 
 
 @pytest.mark.parametrize("chart", ALL_CHARTS)

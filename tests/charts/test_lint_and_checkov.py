@@ -15,12 +15,12 @@ from chartlib import CHARTS, CHARTS_DIR, NAMESPACE, REPO, helm_template, values_
 
 CHECKOV = REPO / ".venv-checkov" / "bin" / "checkov"
 # Every chart checkov scans; the monitoring chart's PrometheusRule renders only where its API is served.
-CHECKOV_CHARTS = (*CHARTS, "monitoring")
+CHECKOV_CHARTS = (*CHARTS, "monitoring", "dra-pools")
 MONITORING_APIS = ("--api-versions", "monitoring.coreos.com/v1/PrometheusRule")
 SKIP_LINE = re.compile(r"^\s*checkov\.io/skip[^:]*:.*\n", re.MULTILINE)
 
 
-@pytest.mark.parametrize("chart", CHARTS)
+@pytest.mark.parametrize("chart", (*CHARTS, "dra-pools"))
 @pytest.mark.parametrize("which", ["helm", "helm4"])
 def test_lint_strict(request, chart, which):
     binary = request.getfixturevalue(which)
@@ -59,8 +59,8 @@ def rendered_dir(helm, tmp_path_factory) -> Path:
             release = "kube-accel-monitoring" if chart == "monitoring" else None
             proc = helm_template(chart, [values] if values else [], helm=helm, extra=extra, release=release)
             assert proc.returncode == 0, proc.stderr
-            (out / f"{chart}-{values.stem if values else 'default'}.yaml").write_text(proc.stdout)
-    assert {p.name.split("-")[0] for p in out.glob("*.yaml")} == set(CHECKOV_CHARTS)
+            (out / f"{chart}--{values.stem if values else 'default'}.yaml").write_text(proc.stdout)
+    assert {p.name.split("--")[0] for p in out.glob("*.yaml")} == set(CHECKOV_CHARTS)
     return out
 
 

@@ -73,4 +73,5 @@ def test_config_readers_mount_the_configs(helm, tmp_path, inventory, release, po
             if "config" in names:
                 readers += 1
                 assert "available-configs" in names, f"{ds['metadata']['name']}/{c['name']}"
-    assert readers or release["chart"] == "vgpu"
+    # HAMi's and gpu-manager's agents read no device-plugin config; dra-pools runs no DaemonSet at all.
+    assert readers or release["chart"] in ("vgpu", "dra-pools")

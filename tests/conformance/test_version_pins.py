@@ -98,8 +98,9 @@ def test_shared_upstream_readme_lists_the_same_refs():
     for item in re.split(r"\n(?=- `)", text.split("## Not pinned by any chart yet", 1)[-1])[1:]:
         name = re.match(r"- `([^`]+)\.tar\.gz`", item)
         commit = re.search(r"commit ([0-9a-f]{7,40})\b", item)
+        tag = re.search(r"\btag (v[0-9][\w.-]*)", item)
         if name and name.group(1) in archives():
-            rows[name.group(1)] = ("", commit.group(1) if commit else "")
+            rows[name.group(1)] = (tag.group(1) if tag else "", commit.group(1) if commit else "")
     assert set(rows) == set(archives()), f"{readme} and scripts/upstream.sh list different archives"
     for stem, (_url, ref) in archives().items():
         tag, commit = rows[stem]

@@ -30,6 +30,7 @@ GPU_ADMISSION = "gpu-admission-47d56ae"
 GPU_MANAGER = "gpu-manager-v1.1.5"
 DCGM_EXPORTER = "dcgm-exporter-4.5.3-4.8.2"
 HAMI_CORE = "hami-core-8f3a89c"
+DRA_DRIVER = "dra-driver-nvidia-gpu-v0.4.1"
 
 
 def src(archive: str) -> Path:

@@ -214,10 +214,10 @@ def test_lab_inventory_passes_preflight():
     assert proc.returncode == 0, proc.stdout + proc.stderr
     stats = recap(proc.stdout)
     assert set(stats) == {"lab-control-plane", "lab-hami-0", "lab-hami-1", "lab-vcuda-0", "lab-pgpu-0", "lab-mps-0",
-                          "lab-mig-0",
-                          "lab-timeslice-0"}
+                          "lab-mig-0", "lab-timeslice-0", "lab-dra-0"}
     assert all(s["changed"] == 0 and s["failed"] == 0 for s in stats.values()), stats
     assert "lab-mig-0: plan OK (1 GPU(s); source snapshot:a100-80gb-mig)" in proc.stdout
+    assert "lab-dra-0: plan OK (2 GPU(s); source snapshot:h100-80gb)" in proc.stdout
 
 
 def test_example_inventory_passes_preflight_before_drivers_exist():

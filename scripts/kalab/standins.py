@@ -13,6 +13,14 @@ processes and the verify table. Each runs as a lab process, this module run by t
                    the config file config-manager selected with the plugin's own loader (ka-conform-deviceplugin)
                    and writes the capacity the plugin would register: nvidia.com/gpu, or a replicated resource's
                    (re)name times its replicas. Under a MIG strategy it writes nothing (MIG devices need a GPU).
+  dra-kubelet-plugin-standin   for NVIDIA's DRA driver's kubelet plugin (dra pools, issue 33): while the driver's
+                   kubelet-plugin pod is Running on a node it runs, per node, the driver's own device enumeration and
+                   ResourceSlice publishing code over the host's recorded NVML snapshot (kalab.dra.publisher; process
+                   dra-slices-NODE; UUIDs derived per host as kalab.site.recorded_gpus derives them, so the pools'
+                   DeviceClasses select them; the MIG devices of the pool's accel_mig_geometry from the lab
+                   inventory), writing as that pod (a token of its ServiceAccount bound to it); once the pod is gone
+                   it stops and deletes the node's slices of the driver, as the kubelet does for a plugin that left.
+                   Claims are not prepared (no kubelet): the lab's kube-scheduler allocates them, nothing runs them.
   dcgm-exporter-standin  one HTTP endpoint per node that runs the GPU Operator's DCGM exporter pod, serving the
                        exporter's text format (its render template's labels, HELP/TYPE from the collectors file the
                        operator configures, dcp-metrics-included.csv) for the node's recorded GPUs; GPUs are
@@ -26,8 +34,8 @@ device-plugin ServiceAccount bound to that node's device-plugin pod, as the kube
 node's name into it); only what the kubelet would write (capacity) is written as admin. (HAMi's scheduler:
 kalab.upstream.)
 
-kalab.upstream starts the HAMi stand-in with HAMi, start_upstream the device-plugin stand-in; kalab.monitoring starts
-the DCGM exporter stand-in with its chain.
+kalab.upstream starts the HAMi stand-in with HAMi, start_upstream the device-plugin and DRA stand-ins;
+kalab.monitoring starts the DCGM exporter stand-in with its chain.
 """
 
 from __future__ import annotations
@@ -44,7 +52,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import yaml
+from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_chart_values import DRA_DRIVER_IMAGE
+from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_constants import DRA_DRIVER_NAME
 from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_verify import (
+    DRA_SLICES_STANDIN,
     LAB_CAPACITY_ANNOTATION,
 )
 
@@ -62,6 +73,9 @@ HAMI_DEVICES_TO_ALLOCATE = "hami.io/vgpu-devices-to-allocate"
 
 DP_STANDIN = "device-plugin-standin"
 RESTART_AFTER = 10  # seconds, the kubelet's first CrashLoopBackOff delay
+
+# The name verify gives the publisher of a kwok node's ResourceSlices (accel_verify.DRA_SLICES_STANDIN).
+DRA_STANDIN = DRA_SLICES_STANDIN.split()[0]
 
 EXPORTER = "dcgm-exporter-standin"
 DCGM_ARCHIVE = "dcgm-exporter-4.5.3-4.8.2"
@@ -392,6 +406,136 @@ def dp_standin(root: Path, hosts_json: Path) -> None:
         time.sleep(1)
 
 
+# -- the DRA kubelet-plugin stand-in: ResourceSlices while the driver's kubelet-plugin pod runs (issue 33) -------
+
+
+def dra_plugin_pods(pods: list[dict], nodes: set[str]) -> dict[str, dict]:
+    """Running pods of NVIDIA's DRA kubelet plugin (the chart's selector label ``<chart>-component: kubelet-plugin``
+    on a pod with the driver's image; its controller Deployment shares the image) on ``nodes``, one per node."""
+    out = {}
+    for pod in sorted(pods, key=lambda p: (p["metadata"]["namespace"], p["metadata"]["name"])):
+        spec, meta = pod["spec"], pod["metadata"]
+        labels = meta.get("labels") or {}
+        if (any(k.endswith("-component") and v == "kubelet-plugin" for k, v in labels.items())
+                and any(DRA_DRIVER_IMAGE in c["image"] for c in spec["containers"])
+                and spec.get("nodeName") in nodes and pod["status"].get("phase") == "Running"
+                and not meta.get("deletionTimestamp")):
+            out.setdefault(spec["nodeName"], pod)
+    return out
+
+
+class DraPublisher:
+    """One node's publisher (lab process dra-slices-NODE): kalab.dra.publisher, the DRA driver's own enumeration and
+    ResourceSlice controller over the host's recorded NVML snapshot, writing as the node's kubelet-plugin pod (a token
+    of the pod's ServiceAccount bound to the pod, renewed in the file the kubeconfig names: client-go rereads it)."""
+
+    def __init__(self, root: Path, api, node: str, pod: dict, host: dict):
+        from kalab import dra  # noqa: PLC0415 - the stand-in process only
+
+        self.node, self.uid, self.pod = node, pod["metadata"]["uid"], pod
+        self.name = f"dra-slices-{node}"
+        work = root / "dra" / node
+        work.mkdir(parents=True, exist_ok=True)
+        self.token_file = work / "token"
+        self.renewed = 0.0
+        self.renew(api)
+        cfg = yaml.safe_load((root / "kubeconfig").read_text())
+        for entry in cfg["users"]:
+            entry["user"] = {"tokenFile": str(self.token_file)}
+        kubeconfig = work / "kubeconfig"
+        kubeconfig.write_text(yaml.safe_dump(cfg, sort_keys=False))
+        kubeconfig.chmod(0o600)
+        d = procs_dir(root)
+        self.log = d / f"{self.name}.log"
+        self.log.write_text("")
+        self.proc = dra.publisher(kubeconfig, node, Path(host["snapshot"]), self.log,
+                                  mig_geometry=host.get("mig_geometry"), derive_uuids=True)
+        (d / f"{self.name}.pid").write_text(f"{self.proc.pid} {dra.HARNESS}\n")
+        self.exited: float | None = None
+        self.reported = False
+        mig = f", MIG {host['mig_geometry']}" if host.get("mig_geometry") else ""
+        print(f"{self.name} started for pod {pod['metadata']['namespace']}/{pod['metadata']['name']} "
+              f"({Path(host['snapshot']).name}{mig})", flush=True)
+
+    def renew(self, api) -> None:
+        if time.time() - self.renewed < AGENT_TOKEN_SECONDS / 2:
+            return
+        meta = self.pod["metadata"]
+        body = {"spec": {"audiences": [], "expirationSeconds": AGENT_TOKEN_SECONDS,
+                         "boundObjectRef": {"apiVersion": "v1", "kind": "Pod", "name": meta["name"], "uid": self.uid}}}
+        token = api.create_namespaced_service_account_token(
+            self.pod["spec"].get("serviceAccountName") or "default", meta["namespace"], body).status.token
+        tmp = self.token_file.with_suffix(".new")
+        tmp.write_text(token)
+        tmp.chmod(0o600)
+        tmp.replace(self.token_file)
+        self.renewed = time.time()
+
+    def poll(self) -> float:
+        """Seconds since the publisher exited (0 while it runs); its first publication and its exit are printed."""
+        if not self.reported and '"published"' in self.log.read_text(errors="replace"):
+            self.reported = True
+            print(f"{self.node}: {last_lines(self.log, 1)}", flush=True)
+        if self.proc.poll() is None:
+            return 0
+        if self.exited is None:
+            self.exited = time.time()
+            print(f"{self.name} exited with {self.proc.returncode}:\n{last_lines(self.log, 10)}", flush=True)
+        return time.time() - self.exited
+
+    def stop(self, root: Path, resource_api) -> None:
+        """Stop publishing and remove the node's slices of the driver: what the kubelet does once a plugin is gone
+        (it wipes the ResourceSlices of a driver that unregistered)."""
+        stop_one(procs_dir(root), self.name)
+        resource_api.delete_collection_resource_slice(
+            field_selector=f"spec.nodeName={self.node},spec.driver={DRA_DRIVER_NAME}")
+        print(f"{self.name} stopped; ResourceSlices of {DRA_DRIVER_NAME} on {self.node} deleted", flush=True)
+
+
+def start_dra_standin(root: Path, hosts: dict[str, dict]) -> None:
+    """The DRA kubelet-plugin stand-in for the fake nodes in ``hosts`` (node: {"snapshot": recorded NVML file,
+    "mig_geometry": {profile: count} or None})."""
+    work = root / "dra"
+    work.mkdir(parents=True, exist_ok=True)
+    (work / "hosts.json").write_text(json.dumps(hosts))
+    ready = procs_dir(root) / f"{DRA_STANDIN}.ready"
+    ready.unlink(missing_ok=True)
+    start(root, DRA_STANDIN, *standin_process("dra-standin", "--dir", str(root), "--inventory-json",
+                                              str(work / "hosts.json")), ready.exists)
+
+
+def dra_standin(root: Path, hosts_json: Path) -> None:
+    """Loop of the DRA kubelet-plugin stand-in (see the module docstring)."""
+    from kubernetes import client, config  # noqa: PLC0415
+
+    hosts: dict[str, dict] = json.loads(hosts_json.read_text())
+    api_client = config.new_client_from_config(str(root / "kubeconfig"))
+    api, resource_api = client.CoreV1Api(api_client), client.ResourceV1Api(api_client)
+    ready = procs_dir(root) / f"{DRA_STANDIN}.ready"
+    print(f"{DRA_STANDIN}: lab stand-in for the ResourceSlices of NVIDIA's DRA kubelet plugin on {sorted(hosts)} "
+          f"(the driver's own enumeration and publishing code over recorded NVML, kalab.dra)", flush=True)
+    publishers: dict[str, DraPublisher] = {}
+    while True:
+        try:
+            pods = json.loads(api.list_pod_for_all_namespaces(_preload_content=False).data)["items"]
+            running = dra_plugin_pods(pods, set(hosts))
+            for node in sorted(set(publishers) - set(running)):
+                publishers.pop(node).stop(root, resource_api)
+            for node, pod in sorted(running.items()):
+                pub = publishers.get(node)
+                # A new pod, or the plugin exited a while ago: the kubelet restarts a failed container.
+                if pub is None or pub.uid != pod["metadata"]["uid"] or pub.poll() > RESTART_AFTER:
+                    if pub:
+                        pub.stop(root, resource_api)
+                    pub = publishers[node] = DraPublisher(root, api, node, pod, hosts[node])
+                pub.renew(api)
+                pub.poll()
+            ready.touch()
+        except Exception as exc:  # noqa: BLE001 - keep serving; the log says what went wrong
+            print(f"error: {exc}", flush=True)
+        time.sleep(1)
+
+
 # -- the exporter stand-in ---------------------------------------------------------------------------------------
 
 
@@ -530,7 +674,7 @@ def exporter(spec_file: Path) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description="a lab stand-in as a lab process (see the module docstring)")
     sub = parser.add_subparsers(dest="cmd", required=True)
-    for cmd in ("standin", "dp-standin"):
+    for cmd in ("standin", "dp-standin", "dra-standin"):
         p = sub.add_parser(cmd)
         p.add_argument("--dir", required=True)
         p.add_argument("--inventory-json", required=True)
@@ -539,7 +683,8 @@ def main() -> None:
     if args.cmd == "exporter":
         exporter(Path(args.spec))
     else:
-        (standin if args.cmd == "standin" else dp_standin)(Path(args.dir), Path(args.inventory_json))
+        loop = {"standin": standin, "dp-standin": dp_standin, "dra-standin": dra_standin}[args.cmd]
+        loop(Path(args.dir), Path(args.inventory_json))
 
 
 if __name__ == "__main__":

@@ -59,7 +59,7 @@ from kalab.site import (
     truthy,
     versions,
 )
-from kalab.standins import DP_STANDIN, STANDIN, standin_process, start_dp_standin
+from kalab.standins import DP_STANDIN, DRA_STANDIN, STANDIN, standin_process, start_dp_standin, start_dra_standin
 
 LAB_WEBHOOK = "kube-accel-lab-hami-webhook"
 GPU_OPERATOR = "gpu-operator"
@@ -390,8 +390,8 @@ def start_upstream(site: Site, hosts: dict[str, dict]) -> None:
     """Upstream controllers as lab processes (this module): HAMi's extender, webhook and kube-scheduler
     for a vgpu-hami pool, with the HAMi device-plugin stand-in; gpu-admission and its kube-scheduler for a
     vgpu/gpu-manager pool; the GPU Operator's controller when the inventory enables the operator; the device-plugin
-    stand-in, which runs each NVIDIA device-plugin pod's config-manager. A component already running is left
-    alone."""
+    stand-in, which runs each NVIDIA device-plugin pod's config-manager; the DRA kubelet-plugin stand-in when a pool
+    is dra. A component already running is left alone."""
     running = processes.running(site.root)
     if running:
         log(f"upstream processes already running: {sorted(running)}")
@@ -409,6 +409,16 @@ def start_upstream(site: Site, hosts: dict[str, dict]) -> None:
         started = time.time()
         start_dp_standin(site.root, counts, first.get("accel_namespace") or "kube-accel")
         log(f"device-plugin stand-in (config-manager per node) up in {time.time() - started:.1f} s")
+    if DRA_STANDIN not in running and any(accel_pools.pool_settings(hv)["accel_mode"] == "dra"
+                                          for hv in hosts.values()):
+        # Every GPU host: a play may switch any pool to dra; the stand-in serves the nodes the driver's kubelet
+        # plugin runs on.
+        dra_hosts = {name: {"snapshot": str(NVML_DATA / f"{hv['accel_lab_gpu']}.json"),
+                            "mig_geometry": accel_pools.pool_settings(hv).get("accel_mig_geometry") or None}
+                     for name, hv in hosts.items()}
+        started = time.time()
+        start_dra_standin(site.root, dra_hosts)
+        log(f"DRA kubelet-plugin stand-in (ResourceSlices per node) up in {time.time() - started:.1f} s")
 
 
 def start_hami_for_inventory(site: Site, hosts: dict[str, dict], first: dict) -> None:

@@ -15,7 +15,11 @@ import re
 from typing import Any
 
 from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_pools
-from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_constants import LABELS, RUNTIME_CLASS
+from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_constants import (
+    LABELS,
+    ROLLOUT_MAX_UNAVAILABLE,
+    RUNTIME_CLASS,
+)
 from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_pools import (
     advertised_resources,
     device_plugin_config,
@@ -46,6 +50,8 @@ CLUSTER_SETTINGS: dict[str, tuple[str, Any]] = {
     # Namespaces that get each dra pool's ResourceClaimTemplate (a pod names a template of its own namespace only);
     # empty: the charts' namespace alone.
     "dra_claim_namespaces": ("accel_dra_claim_namespaces", []),
+    # rollingUpdate.maxUnavailable of the node agent DaemonSets (pgpu, mps, vgpu charts).
+    "rollout_max_unavailable": ("accel_rollout_max_unavailable", None),
 }
 
 
@@ -134,7 +140,7 @@ def chart_for(key: str) -> str:
 
 
 # The charts' rollingUpdate.maxUnavailable default (charts/{pgpu,mps,vgpu}/values.yaml): node agents restarted at once.
-DEFAULT_MAX_UNAVAILABLE = "10%"
+DEFAULT_MAX_UNAVAILABLE = ROLLOUT_MAX_UNAVAILABLE
 # helm --wait of a release: this much for the release itself, plus ROLLOUT_BATCH_S for each batch of maxUnavailable
 # nodes whose agent pods are replaced one batch after the other (pull, start, readiness of one pod).
 ROLLOUT_BASE_S = 300
@@ -225,6 +231,8 @@ def release_values(key: str, pools: list[dict[str, Any]], cluster: dict[str, Any
         ]
     if key in ("pgpu", "mps", "timeslice"):
         values["runtimeClassName"] = cluster.get("runtime_class") or RUNTIME_CLASS
+    if cluster.get("rollout_max_unavailable") is not None:
+        values["rollingUpdate"] = {"maxUnavailable": cluster["rollout_max_unavailable"]}
     if key == "pgpu":
         vfio = [p["pool"] for p in pools if setting_on(p["settings"], "accel_vfio_passthrough")]
         values["pools"] = [n for n in names if n not in vfio] or names[:0]

@@ -9,6 +9,10 @@ LABEL_PREFIX = "kube-accel.io"
 
 MODES = ("vgpu", "pgpu", "mps", "timeslice", "dra")
 VGPU_BACKENDS = ("hami", "gpu-manager")
+# rollingUpdate.maxUnavailable of the node agent DaemonSets (charts/{pgpu,mps,vgpu} defaults, the inventory's
+# accel_rollout_max_unavailable): restarting an agent leaves running containers' GPUs alone, and one node at a time
+# would outlast helm's --wait on hundreds of nodes.
+ROLLOUT_MAX_UNAVAILABLE = "10%"
 # The NVIDIA DRA driver release kube-accel's dra pools are written for (kubernetes-sigs/dra-driver-nvidia-gpu, archive
 # ../shared/upstream/dra-driver-nvidia-gpu-v0.4.1.tar.gz): its chart version, its driver name (DeviceClasses select
 # devices by it) and the API group of its opaque configs (api/nvidia.com/resource/v1beta1 register.go).

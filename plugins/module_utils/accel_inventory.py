@@ -28,6 +28,7 @@ from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_constants imp
     DRA_DRIVER_VERSION,
     GPU_OPERATOR_VERSION,
     MODES,
+    ROLLOUT_MAX_UNAVAILABLE,
     VGPU_BACKENDS,
 )
 
@@ -115,6 +116,10 @@ VARIABLES: dict[str, dict] = {
         "cluster", "bool", "Let pods holding cluster-wide tokens (schedulers, extenders, gpu-admission, certgen) run "
         "on pool nodes; only for clusters whose every node is in a pool (they then run next to privileged node "
         "agents and tenants' GPU pods).", default=False),
+    "accel_rollout_max_unavailable": _var("cluster", "raw", "Node agents a device-plugin or vGPU DaemonSet restarts "
+                                          "at once when its release changes (rollingUpdate.maxUnavailable): a node "
+                                          "count or a percentage; running containers keep their GPUs meanwhile.",
+                                          default=ROLLOUT_MAX_UNAVAILABLE, grammar="max_unavailable"),
     "accel_reboot_policy": _var("cluster", "str", "\"auto\" cordons, drains, reboots and uncordons in batches; "
                                 "\"defer\" only reports hosts that need a reboot.", choices=["auto", "defer"],
                                 default="defer"),

@@ -293,6 +293,13 @@ def _reboot_serial(value) -> str:
     return f"{_kind(value)}, neither a host count nor a percentage"
 
 
+def _max_unavailable(value) -> str:
+    """A DaemonSet's rollingUpdate.maxUnavailable as kube-accel passes it: one count or percentage, never a list."""
+    if isinstance(value, list):
+        return f"{_kind(value)}: one node count or percentage"
+    return _reboot_serial(value).replace("host count", "node count")
+
+
 def _https_url(value) -> str:
     if HTTPS_URL_RE.fullmatch(value):
         return ""
@@ -493,6 +500,8 @@ GRAMMARS = {
     "cidr": (_cidr, "CIDRs such as \"10.0.0.10/32\" or \"10.0.0.0/24\" (no host bits set)"),
     "reboot_serial": (_reboot_serial, "a host count >= 1, a percentage \"1%\"..\"100%\", or a list of those "
                                       "(Ansible serial batches)"),
+    "max_unavailable": (_max_unavailable, "a node count >= 1 or a percentage \"1%\"..\"100%\" (a DaemonSet's "
+                                          "rollingUpdate.maxUnavailable)"),
     "https_url": (_https_url, "an https:// URL of host[:port]/path (letters, digits, . _ ~ % + - /), no query"),
     "chart_source": (_chart_source, "an https:// or oci:// chart repository, or a local chart path"),
     "chart_version": (_chart_version, "a semantic version such as \"v26.7.0\" (Helm chart versions are SemVer 2)"),

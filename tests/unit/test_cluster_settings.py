@@ -29,7 +29,8 @@ def test_unset_settings_are_empty_and_set_ones_pass_through():
     empty = cv.cluster_settings({})
     assert empty == {"image_registry": "", "image_pull_secrets": [], "image_digests": {}, "control_plane_cidrs": [],
                      "metrics_cidrs": [], "metrics_namespaces": [], "cluster_components_on_pool_nodes": False,
-                     "runtime_class": "nvidia", "dra_claim_namespaces": []}
+                     "runtime_class": "nvidia", "dra_claim_namespaces": [],
+                     "rollout_max_unavailable": None}
     # The vars lookup answers "" for an unset variable: the same as unset.
     assert cv.cluster_settings({"accel_control_plane_cidrs": "", "accel_image_digests": None}) == empty
     full = accel_pool_filters.accel_cluster_settings(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_chart_values as cv
+from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_inventory, accel_values
 from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_pools as ap
 from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_helm import release_specs
 
@@ -61,3 +62,33 @@ def test_release_specs_take_a_release_timeout_over_the_shared_one():
     specs = release_specs([{"name": "a", "chart": "c", "timeout": "900s"}, {"name": "b", "chart": "c"}],
                           namespace="ns", wait=True, timeout="5m", atomic=True, create_namespace=True)
     assert [s.timeout for s in specs] == ["900s", "5m"]
+
+
+def test_the_inventorys_max_unavailable_reaches_every_node_agent_release_and_its_timeout():
+    """accel_rollout_max_unavailable (group_vars/all): the careful operator rolls 5 nodes at a time instead of 10 %;
+    every device-plugin and vGPU release gets it, and helm's --timeout follows the slower rollout."""
+    hosts = [f"n{i}" for i in range(200)]
+    pools = [_pool("big", hosts[:150], mode="mps", mps_replicas=4), _pool("ts", hosts[150:], mode="timeslice", timeslice_replicas=4),
+             _pool("hami", ["h1"], mode="vgpu", vgpu_backend="hami")]
+    cluster = cv.cluster_settings({"accel_rollout_max_unavailable": 5})
+    releases = {r["name"]: r for r in cv.pool_releases(pools, cluster)}
+    assert {name: r["values"]["rollingUpdate"] for name, r in releases.items()} == dict.fromkeys(
+        ("kube-accel-mps", "kube-accel-timeslice", "kube-accel-vgpu-hami"), {"maxUnavailable": 5})
+    assert releases["kube-accel-mps"]["timeout"] == f"{cv.ROLLOUT_BASE_S + 30 * cv.ROLLOUT_BATCH_S}s"
+    # Unset: the charts' own default, which is the inventory model's.
+    unset = cv.pool_releases(pools, cv.cluster_settings({}))
+    assert all("rollingUpdate" not in r["values"] for r in unset)
+    assert accel_inventory.defaults("cluster")["accel_rollout_max_unavailable"] == cv.DEFAULT_MAX_UNAVAILABLE
+
+
+@pytest.mark.parametrize("bad", [0, "0%", "150%", True, [1, 2], "5", "fast"])
+def test_the_inventory_refuses_a_max_unavailable_the_daemonset_cannot_take(bad):
+    problems = accel_values.value_problems("accel_rollout_max_unavailable", bad)
+    assert problems, bad
+    assert all("node count" in allowed for _what, allowed in problems)
+
+
+@pytest.mark.parametrize("good", [1, 25, "1%", "10%", "100%"])
+def test_the_inventory_takes_counts_and_percentages(good):
+    assert accel_values.value_problems("accel_rollout_max_unavailable", good) == []
+    assert cv.max_unavailable_nodes(good, 100) >= 1

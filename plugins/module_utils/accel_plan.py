@@ -566,22 +566,13 @@ def rule_kubernetes_numa(ctx: Context) -> list[str]:
 
 
 def rule_kubernetes_distribution(ctx: Context) -> list[str]:
-    """What kube-accel does not do on k3s and RKE2 (roles/container_toolkit README, "Kubernetes distributions"):
-    kubelet_gpu writes a kubeadm kubelet drop-in and restarts kubelet.service, which k3s and RKE2 do not run (their
-    kubelet is part of their own service, configured through their kubelet-arg); and their containerd is 2.x, which
-    GPU-Manager cannot speak to."""
+    """What kube-accel does not do on k3s and RKE2 (roles/container_toolkit README, "Kubernetes distributions"): their
+    containerd is 2.x, which GPU-Manager cannot speak to. (NUMA pools are supported there: kubelet_gpu puts its
+    drop-in in the --config-dir their service passes the kubelet.)"""
     dist = ctx.value("accel_kubernetes_distribution")
     if dist in (None, "kubeadm"):
         return []
     problems = []
-    policy = ctx.value("accel_numa_policy")
-    if policy not in (None, "none"):
-        problems.append(ctx.problem(
-            "accel_numa_policy", policy,
-            f"not supported on {dist} yet: kube-accel's kubelet drop-in is kubeadm's (kubelet.service with "
-            f"--config-dir); {dist}'s kubelet runs inside its own service",
-            f"accel_numa_policy none on {dist} (set the Topology and CPU Manager policies through {dist}'s "
-            "kubelet-arg), or accel_kubernetes_distribution kubeadm"))
     if ctx.get("accel_mode") == "vgpu" and ctx.get("accel_vgpu_backend") == "gpu-manager":
         problems.append(ctx.problem(
             "accel_vgpu_backend", "gpu-manager",

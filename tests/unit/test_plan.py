@@ -601,14 +601,15 @@ def test_rule_hami_driver_range(branch, extra, what):
 
 @pytest.mark.parametrize("dist", ["k3s", "rke2"])
 def test_what_k3s_and_rke2_do_not_support_is_refused(dist):
-    """kubelet_gpu's drop-in is kubeadm's, and GPU-Manager cannot talk to their containerd 2.x (README)."""
+    """GPU-Manager cannot talk to their containerd 2.x (README); NUMA pools are served there (kubelet_gpu writes into
+    the --config-dir their service passes the kubelet), above the same Kubernetes floor as on kubeadm."""
     assert check(pool(mode="pgpu", kubernetes_distribution=dist), gpus("a100-80gb")) == []
     numa = check(pool(mode="pgpu", numa_policy="single-numa-node", kubernetes_distribution=dist),
                  gpus("dual-socket-a100x8"))
-    assert numa == [f"gpu-01: accel_numa_policy = 'single-numa-node': not supported on {dist} yet: kube-accel's "
-                    f"kubelet drop-in is kubeadm's (kubelet.service with --config-dir); {dist}'s kubelet runs inside "
-                    f"its own service; allowed: accel_numa_policy none on {dist} (set the Topology and CPU Manager "
-                    f"policies through {dist}'s kubelet-arg), or accel_kubernetes_distribution kubeadm"]
+    assert numa == []
+    old = check(pool(mode="pgpu", numa_policy="single-numa-node", kubernetes_distribution=dist,
+                     kubernetes_version="1.29"), gpus("dual-socket-a100x8"))
+    assert len(old) == 1 and "accel_numa_policy" in old[0] and "1.30" in old[0], old
     gm = check(pool(mode="vgpu", vgpu_backend="gpu-manager", kubernetes_distribution=dist, driver_branch="470"),
                gpus("t4"))
     assert any(p.startswith(f"gpu-01: accel_vgpu_backend = 'gpu-manager': {dist} runs containerd 2.x") for p in gm), gm

@@ -164,7 +164,7 @@ from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_verify import
 )
 
 try:
-    from kubernetes import client
+    from kubernetes import client, watch
     from kubernetes.client.exceptions import ApiException
 except ImportError:
     pass  # api_client() reports the missing library
@@ -190,6 +190,10 @@ def run_job(batch, core, p, pool) -> tuple[str, list[str], list]:
     except ApiException as exc:
         if exc.status != 404:
             raise
+    # A dra pool's claims: the claim controller deletes a pod's claims made from a template once the pod is done, so
+    # after a short Job they are gone (measured in the lab: 404 on a completed Job's claim, too fast for polling);
+    # every state they had is read back from a watch that starts where the namespace's claims stood before the Job.
+    since = claims_version(core, ns) if dra else None
     batch.create_namespaced_job(ns, body)
     deadline = time.time() + p["job_timeout"]
     problems: list[str] = []
@@ -216,7 +220,8 @@ def run_job(batch, core, p, pool) -> tuple[str, list[str], list]:
         summary = f"{status} on {','.join(nodes)}" if nodes else status
         if dra:
             # Read before the Job goes: its pod's claims (made from the pool's template) go with it.
-            dra_found, allocated = dra_claims(core.api_client, ns, pods, pool)
+            claims = claims_of(core, ns, since, {pd.metadata.name for pd in pods})
+            dra_found, allocated = dra_claims(core.api_client, pods, claims, pool)
             problems += dra_found
             summary += f", claim allocated {', '.join(allocated)}" if allocated else ""
         return summary, problems, pods
@@ -247,14 +252,40 @@ def resource_slices(kube) -> list[dict]:
     return client.CustomObjectsApi(kube).list_cluster_custom_object("resource.k8s.io", "v1", "resourceslices")["items"]
 
 
-def dra_claims(kube, namespace: str, pods, pool) -> tuple[list[str], list[str]]:
-    """The verify Job pods' ResourceClaims checked against the pool's GPUs in the driver's ResourceSlices."""
-    custom = client.CustomObjectsApi(kube)
-    names = [s.resource_claim_name for pd in pods for s in (pd.status.resource_claim_statuses or [])
-             if s.resource_claim_name]
-    claims = [custom.get_namespaced_custom_object("resource.k8s.io", "v1", namespace, "resourceclaims", n)
-              for n in names]
-    return dra_claim_problems(pool["pool"], claims, resource_slices(kube), pool["dra"])
+def claims_version(core, namespace: str) -> str:
+    """The resourceVersion of the namespace's ResourceClaims now (a watch from it misses none made later)."""
+    return client.CustomObjectsApi(core.api_client).list_namespaced_custom_object(
+        "resource.k8s.io", "v1", namespace, "resourceclaims", limit=1)["metadata"]["resourceVersion"]
+
+
+def claims_of(core, namespace: str, since: str, pods: set[str], replay_s: int = 2) -> dict[str, dict]:
+    """The ResourceClaims owned by ``pods`` in every state they had since ``since`` (the API server replays the
+    changes), each as its allocated state where it had one, else its last."""
+    seen: dict[str, dict] = {}
+    custom = client.CustomObjectsApi(core.api_client)
+    for event in watch.Watch().stream(custom.list_namespaced_custom_object, "resource.k8s.io", "v1", namespace,
+                                      "resourceclaims", resource_version=since, timeout_seconds=replay_s):
+        claim = event["object"]
+        meta = claim.get("metadata") or {}
+        if not any(o.get("kind") == "Pod" and o.get("name") in pods for o in meta.get("ownerReferences") or []):
+            continue
+        before = seen.get(meta["name"])
+        if before is None or (claim.get("status") or {}).get("allocation") or not (
+                (before.get("status") or {}).get("allocation")):
+            seen[meta["name"]] = claim
+    return seen
+
+
+def dra_claims(kube, pods, claims: dict[str, dict], pool) -> tuple[list[str], list[str]]:
+    """The verify Job pods' ResourceClaims (claims_of) checked against the pool's GPUs in the driver's
+    ResourceSlices; a claim a pod names that was never seen is reported as missing."""
+    names = {s.resource_claim_name for pd in pods for s in (pd.status.resource_claim_statuses or [])
+             if s.resource_claim_name}
+    missing = [f"pool {pool['pool']}: ResourceClaim {n} of the verify Job's pod was never seen"
+               for n in sorted(names - set(claims))]
+    found, allocated = dra_claim_problems(pool["pool"], [claims[n] for n in sorted(claims)], resource_slices(kube),
+                                          pool["dra"])
+    return missing + found, allocated
 
 
 def daemonset_of(pod) -> str | None:

@@ -77,3 +77,60 @@ def test_schema_refuses_what_a_class_cannot_mean(tmp_path, field, bad):
 def test_helm_refuses_a_kubernetes_without_resource_v1():
     proc = helm_template(CHART, VALUES, kube_version="1.33.9", release="kube-accel-dra")
     assert proc.returncode != 0 and "chart requires kubeVersion" in proc.stderr, proc.stderr
+
+
+def test_claim_policy_allows_only_the_pools_classes(tmp_path):
+    """The guard (templates/claim-policy.yaml): one policy on the creation of ResourceClaims and their templates,
+    bound with Deny, whose allowed classes are the pools' own plus claimGuard.extraDeviceClasses; off with
+    claimGuard.enabled false. Its refusals on the real API server and scheduler: tests/integration/test_dra_lab.py."""
+    (values,) = VALUES
+    spec = yaml.safe_load(values.read_text())
+    extra = tmp_path / "extra.yaml"
+    extra.write_text(yaml.safe_dump({"claimGuard": {"enabled": True, "extraDeviceClasses": ["nic.example.com"]}}))
+    objs = render(CHART, [values, extra], release="kube-accel-dra")
+    (policy,) = by_kind(objs, "ValidatingAdmissionPolicy").values()
+    (binding,) = by_kind(objs, "ValidatingAdmissionPolicyBinding").values()
+    assert binding["spec"] == {"policyName": policy["metadata"]["name"], "validationActions": ["Deny"]}
+    assert policy["spec"]["failurePolicy"] == "Fail"
+    (rule,) = policy["spec"]["matchConstraints"]["resourceRules"]
+    assert rule["operations"] == ["CREATE"] and set(rule["resources"]) == {"resourceclaims", "resourceclaimtemplates"}
+    allowed = {v["name"]: v["expression"] for v in policy["spec"]["variables"]}["allowed"]
+    assert yaml.safe_load(allowed) == [p["deviceClassName"] for p in spec["devicePools"]] + ["nic.example.com"]
+    off = tmp_path / "off.yaml"
+    off.write_text(yaml.safe_dump({"claimGuard": {"enabled": False}}))
+    kinds = {o["kind"] for o in render(CHART, [values, off], release="kube-accel-dra")}
+    assert "ValidatingAdmissionPolicy" not in kinds and "DeviceClass" in kinds
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump({"claimGuard": {"enabled": True, "extraDeviceClasses": ["Not_A_Class"]}}))
+    proc = helm_template(CHART, [values, bad], release="kube-accel-dra")
+    assert proc.returncode != 0 and "claimGuard/extraDeviceClasses/0" in proc.stderr and "Not_A_Class" in proc.stderr, \
+        proc.stderr
+
+
+MAP_API = "admissionregistration.k8s.io/v1/MutatingAdmissionPolicy"
+
+
+def test_driver_classes_lose_their_extended_resource_name_where_the_api_server_can_mutate(tmp_path):
+    """templates/driver-class-policy.yaml: where the API server serves MutatingAdmissionPolicy v1, one policy removes
+    spec.extendedResourceName from the driver's DeviceClasses (*.nvidia.com) on create and update; without that API,
+    or switched off, nothing renders and NOTES warns. Its effect on the real API server and scheduler (nvidia.com/gpu
+    off DRA, HAMi pods schedulable again): tests/integration/test_dra_lab.py."""
+    (values,) = VALUES
+    objs = render(CHART, [values], release="kube-accel-dra", extra=["--api-versions", MAP_API])
+    (policy,) = by_kind(objs, "MutatingAdmissionPolicy").values()
+    (binding,) = by_kind(objs, "MutatingAdmissionPolicyBinding").values()
+    assert binding["spec"]["policyName"] == policy["metadata"]["name"]
+    for obj in (policy, binding):
+        kubernetes_validate.validate(obj, VERSIONS[-1], strict=True)
+    (rule,) = policy["spec"]["matchConstraints"]["resourceRules"]
+    assert rule["resources"] == ["deviceclasses"] and set(rule["operations"]) == {"CREATE", "UPDATE"}
+    (condition,) = policy["spec"]["matchConditions"]
+    assert "endsWith('nvidia.com')" in condition["expression"] and "extendedResourceName" in condition["expression"]
+    (mutation,) = policy["spec"]["mutations"]
+    assert "remove" in mutation["jsonPatch"]["expression"] and "/spec/extendedResourceName" in \
+        mutation["jsonPatch"]["expression"]
+    assert "MutatingAdmissionPolicy" not in {o["kind"] for o in render(CHART, [values], release="kube-accel-dra")}
+    off = tmp_path / "off.yaml"
+    off.write_text(yaml.safe_dump({"driverClasses": {"removeExtendedResourceName": False}}))
+    objs = render(CHART, [values, off], release="kube-accel-dra", extra=["--api-versions", MAP_API])
+    assert "MutatingAdmissionPolicy" not in {o["kind"] for o in objs}

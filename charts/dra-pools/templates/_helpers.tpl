@@ -1,4 +1,10 @@
 {{- define "dra.labels" -}}
+{{ include "dra.commonLabels" . }}
+{{ .root.Values.poolLabelKey }}: {{ .pool | quote }}
+{{- end -}}
+
+{{/* Labels of every object of the release (a pool's objects add the pool label: dra.labels). */}}
+{{- define "dra.commonLabels" -}}
 app.kubernetes.io/name: {{ .root.Chart.Name }}
 app.kubernetes.io/instance: {{ .root.Release.Name }}
 app.kubernetes.io/component: {{ .component }}
@@ -6,7 +12,6 @@ helm.sh/chart: {{ printf "%s-%s" .root.Chart.Name .root.Chart.Version | replace 
 app.kubernetes.io/version: {{ .root.Chart.AppVersion | quote }}
 app.kubernetes.io/part-of: kube-accel
 app.kubernetes.io/managed-by: {{ .root.Release.Service }}
-{{ .root.Values.poolLabelKey }}: {{ .pool | quote }}
 {{- end -}}
 
 {{/*

@@ -241,12 +241,13 @@ def hami_problems(pool: str, pod: dict[str, Any], scheduler_name: str) -> list[s
 
 
 def evidence(fake_nodes: int, total_nodes: int, hami: bool, inventory_nodes: int = 0,
-             operator: bool = False) -> list[str]:
+             operator: bool = False, dra_nodes: int = 0) -> list[str]:
     """Where each check's evidence comes from: upstream code (which component) or a lab stand-in (which one).
     kube-accel's own output (labels, releases, Jobs) is what is checked; no check compares a lab setting with
-    itself. ``inventory_nodes``: fake nodes whose capacity the lab copied from the inventory (not checked)."""
+    itself. ``inventory_nodes``: fake nodes whose capacity the lab copied from the inventory (not checked);
+    ``dra_nodes``: fake nodes of dra pools (no device plugin: the slices column names their publisher)."""
     real = total_nodes - fake_nodes
-    registered = fake_nodes - inventory_nodes
+    registered = fake_nodes - inventory_nodes - dra_nodes
     lines = ["evidence (upstream: code kube-accel runs but does not write"
              + ("; stand-in: the lab's replacement for what needs a GPU):" if fake_nodes else "):"),
              "  labels       upstream kube-apiserver: the labels the cluster play wrote, read back",
@@ -281,7 +282,8 @@ def evidence(fake_nodes: int, total_nodes: int, hami: bool, inventory_nodes: int
     return lines
 
 
-def render_table(rows: list[dict[str, Any]], fake_nodes: int, total_nodes: int, inventory_nodes: int = 0) -> str:
+def render_table(rows: list[dict[str, Any]], fake_nodes: int, total_nodes: int, inventory_nodes: int = 0,
+                 dra_nodes: int = 0) -> str:
     headers = ["pool", "mode", "nodes", "labels", "daemonset", "allocatable", "job", "result"]
     if any("operator" in r for r in rows):
         headers.insert(headers.index("job"), "operator")
@@ -298,5 +300,9 @@ def render_table(rows: list[dict[str, Any]], fake_nodes: int, total_nodes: int, 
     if fake_nodes:
         lines.append(f"note: {fake_nodes} of {total_nodes} nodes are kwok fakes (lab): no GPU ran the Jobs.")
     lines += evidence(fake_nodes, total_nodes, any("hami" in r for r in rows), inventory_nodes,
-                      any(r.get("operator") not in (None, NOT_INSTALLED) for r in rows))
+                      any(r.get("operator") not in (None, NOT_INSTALLED) for r in rows), dra_nodes)
+    if any("slices" in r for r in rows):
+        lines.append("  slices       the DRA driver's ResourceSlices of the pool's nodes, publisher named per row; the "
+                     "Job's ResourceClaim (from the pool's template) allocated by upstream kube-scheduler on one of "
+                     "the pool's GPUs in them")
     return "\n".join(lines)

@@ -62,7 +62,7 @@ def converged(lab):
 def test_site_verifies_every_pool(converged):
     out, recap = converged
     assert set(recap) >= {"lab-control-plane", "lab-hami-0", "lab-hami-1", "lab-vcuda-0", "lab-pgpu-0", "lab-mps-0",
-                          "lab-mig-0"}
+                          "lab-mig-0", "lab-dra-0"}
     assert all(r["failed"] == 0 and r["unreachable"] == 0 for r in recap.values())
     lines = summary(out.stdout)
     text = "\n".join(lines)
@@ -89,12 +89,18 @@ def test_site_verifies_every_pool(converged):
         (row,) = [line for line in table if line.split()[0] == pool]
         assert re.search(r"\bok\s+ok\s+stand-in\s+ok\s+completed on", row), row
     assert "upstream GPU Operator v26.7.0 controller" in text
+    # The dra pool: no device plugin; the node's ResourceSlices published by the lab's stand-in (the DRA driver's own
+    # enumeration and publishing code), and the verify Job's claim allocated by the scheduler on one of them.
+    (dra,) = [line for line in table if line.split()[0] == "dra"]
+    assert re.search(r"\bok\s+ok\s+ok\s+ok\s+published by dra-kubelet-plugin-standin \(", dra), dra
+    assert re.search(r"completed on lab-dra-0, claim allocated lab-dra-0/gpu-\d\s+PASS$", dra), dra
 
 
 def test_second_run_changes_nothing_and_calls_no_upgrade(lab, converged):
     before = revisions(lab)
     assert set(before) == {"kube-accel-mps", "kube-accel-pgpu", "kube-accel-timeslice", "kube-accel-vgpu-hami",
-                           "kube-accel-vgpu-gpu-manager", "kube-accel-monitoring"}
+                           "kube-accel-vgpu-gpu-manager", "kube-accel-monitoring", "kube-accel-dra",
+                           "kube-accel-dra-driver"}
     second, recap = site(lab)
     assert second.returncode == 0, second.stdout[-4000:]
     assert {h: r["changed"] for h, r in recap.items()} == dict.fromkeys(recap, 0)
@@ -127,7 +133,7 @@ def test_unreachable_host_fails_alone(lab, converged):
     extra = REPO / "inventories" / ".tmp-unreachable"
     extra.mkdir(exist_ok=True)
     inventory = extra / "hosts.yml"
-    # One more MPS host whose container does not exist: unreachable. 1 of 8 hosts stays under the 20 % limit.
+    # One more MPS host whose container does not exist: unreachable. 1 of 9 hosts stays under the 20 % limit.
     inventory.write_text(
         "all:\n  children:\n    gpu_pools:\n      children:\n        pool_mps:\n          hosts:\n"
         "            lab-mps-gone:\n"
@@ -145,7 +151,8 @@ def test_unreachable_host_fails_alone(lab, converged):
     assert proc.returncode != 0
     # Every reachable host passed the preflight and reached one of the hosts play's two ends: it matched its record
     # and left by the fast path, or its roles ran and it was recorded.
-    reachable = {"lab-hami-0", "lab-hami-1", "lab-vcuda-0", "lab-pgpu-0", "lab-mps-0", "lab-mig-0", "lab-timeslice-0"}
+    reachable = {"lab-hami-0", "lab-hami-1", "lab-vcuda-0", "lab-pgpu-0", "lab-mps-0", "lab-mig-0", "lab-timeslice-0",
+                 "lab-dra-0"}
     for host in reachable:
         assert recap[host]["failed"] == 0 and recap[host]["unreachable"] == 0, proc.stdout[-3000:]
     assert task_hosts(proc.stdout, "kube_accel.gpu.preflight : Refuse a bad plan before anything changes") >= reachable

@@ -16,10 +16,11 @@ processes and the verify table. Each runs as a lab process, this module run by t
   dra-kubelet-plugin-standin   for NVIDIA's DRA driver's kubelet plugin (dra pools, issue 33): while the driver's
                    kubelet-plugin pod is Running on a node it runs, per node, the driver's own device enumeration and
                    ResourceSlice publishing code over the host's recorded NVML snapshot (kalab.dra.publisher; process
-                   dra-slices-NODE; UUIDs derived per host as kalab.site.recorded_gpus derives them, so the pools'
-                   DeviceClasses select them; the MIG devices of the pool's accel_mig_geometry from the lab
-                   inventory), writing as that pod (a token of its ServiceAccount bound to it); once the pod is gone
-                   it stops and deletes the node's slices of the driver, as the kubelet does for a plugin that left.
+                   dra-slices-NODE; the snapshot's own UUIDs, which the host's NVML facts report too, as a real
+                   plugin and the facts read one NVML: the pools' DeviceClasses select them by those facts; the MIG
+                   devices of the pool's accel_mig_geometry from the lab inventory), writing as that pod (a token
+                   of its ServiceAccount bound to it); once the pod is gone it stops and deletes the node's slices
+                   of the driver, as the kubelet does for a plugin that left.
                    Claims are not prepared (no kubelet): the lab's kube-scheduler allocates them, nothing runs them.
   dcgm-exporter-standin  one HTTP endpoint per node that runs the GPU Operator's DCGM exporter pod, serving the
                        exporter's text format (its render template's labels, HELP/TYPE from the collectors file the
@@ -449,7 +450,7 @@ class DraPublisher:
         self.log = d / f"{self.name}.log"
         self.log.write_text("")
         self.proc = dra.publisher(kubeconfig, node, Path(host["snapshot"]), self.log,
-                                  mig_geometry=host.get("mig_geometry"), derive_uuids=True)
+                                  mig_geometry=host.get("mig_geometry"))
         (d / f"{self.name}.pid").write_text(f"{self.proc.pid} {dra.HARNESS}\n")
         self.exited: float | None = None
         self.reported = False

@@ -81,7 +81,8 @@ def test_helm_refuses_a_kubernetes_without_resource_v1():
 
 def test_claim_policy_allows_only_the_pools_classes(tmp_path):
     """The guard (templates/claim-policy.yaml): one policy on the creation of ResourceClaims and their templates,
-    bound with Deny, whose allowed classes are the pools' own plus claimGuard.extraDeviceClasses; off with
+    bound with Deny, whose allowed classes are those named claimGuard.classPrefix* (every pool's) plus
+    claimGuard.extraDeviceClasses; off with
     claimGuard.enabled false. Its refusals on the real API server and scheduler: tests/integration/test_dra_lab.py."""
     (values,) = VALUES
     spec = yaml.safe_load(values.read_text())
@@ -94,8 +95,17 @@ def test_claim_policy_allows_only_the_pools_classes(tmp_path):
     assert policy["spec"]["failurePolicy"] == "Fail"
     (rule,) = policy["spec"]["matchConstraints"]["resourceRules"]
     assert rule["operations"] == ["CREATE"] and set(rule["resources"]) == {"resourceclaims", "resourceclaimtemplates"}
-    allowed = {v["name"]: v["expression"] for v in policy["spec"]["variables"]}["allowed"]
-    assert yaml.safe_load(allowed) == [p["deviceClassName"] for p in spec["devicePools"]] + ["nic.example.com"]
+    variables = {v["name"]: v["expression"] for v in policy["spec"]["variables"]}
+    assert yaml.safe_load(variables["prefix"]) == "kube-accel-"
+    assert all(p["deviceClassName"].startswith("kube-accel-") for p in spec["devicePools"])
+    assert yaml.safe_load(variables["allowed"]) == ["nic.example.com"]
+    # A pool's class outside the prefix would be refused by the guard: rendering fails naming it.
+    renamed = tmp_path / "renamed.yaml"
+    spec["devicePools"][0]["deviceClassName"] = "gpus-infer"
+    renamed.write_text(yaml.safe_dump(spec))
+    proc = helm_template(CHART, [renamed], release="kube-accel-dra")
+    assert proc.returncode != 0 and "deviceClassName = gpus-infer" in proc.stderr and "kube-accel-" in proc.stderr, \
+        proc.stderr
     off = tmp_path / "off.yaml"
     off.write_text(yaml.safe_dump({"claimGuard": {"enabled": False}}))
     kinds = {o["kind"] for o in render(CHART, [values, off], release="kube-accel-dra")}

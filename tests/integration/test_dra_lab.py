@@ -19,12 +19,22 @@ while the guard is unbound.
 from __future__ import annotations
 
 import json
+import re
 import time
 
 import pytest
+import yaml
 from kalab import dra
 from kalab.standins import DRA_STANDIN
-from lab_fixture import REPO, converge_cluster, wait_for
+from lab_fixture import (
+    LAB_INVENTORY,
+    REPO,
+    changed_lab_inventory,
+    converge_cluster,
+    remove_changed_inventory,
+    site_play,
+    wait_for,
+)
 
 pytestmark = pytest.mark.lab
 
@@ -299,7 +309,7 @@ def test_claims_and_templates_of_other_classes_are_refused(lab, dra_lab):
                                    "spec.spec.devices.requests[].exactly.deviceClassName"), strict=True):
         proc = create(lab, body)
         assert proc.returncode != 0, f"admitted: {body['metadata']['name']}"
-        assert POLICY in proc.stderr and field in proc.stderr and f"allowed: {CLASS}" in proc.stderr, proc.stderr
+        assert POLICY in proc.stderr and field in proc.stderr and "allowed: kube-accel-*" in proc.stderr, proc.stderr
     proc = create(lab, claim("pool-class", TENANT, [exactly(CLASS)]))
     assert proc.returncode == 0, proc.stderr
 
@@ -328,3 +338,68 @@ def test_claim_from_a_template_admitted_before_the_guard_is_refused(lab, dra_lab
     assert any(f"{DRIVER} is not a class" in m for m in msgs), msgs
     assert get(lab, "pod", "from-old-template", "-n", TENANT)["spec"].get("nodeName") is None
     assert not pod_claims(lab, TENANT, "from-old-template")
+
+
+def running_pod_uid(lab, ns: str, app: str) -> str | None:
+    pods = get(lab, "pods", "-n", ns, "-l", f"app={app}")["items"]
+    return next((p["metadata"]["uid"] for p in pods if p["status"].get("phase") == "Running"
+                 and not p["metadata"].get("deletionTimestamp")), None)
+
+
+def verify_row(stdout: str, pool: str) -> str:
+    """The pool's row of the verify summary (the debug task's msg list, read as YAML: the callback folds lines)."""
+    task = stdout.index("Print the verification summary")
+    rows = yaml.safe_load(stdout[stdout.index("msg:", task):stdout.index("\n\n", task)])["msg"]
+    (row,) = [r for r in rows if r.split()[:1] == [pool]]
+    return row
+
+
+def test_pool_switched_from_pgpu_to_dra_and_back_converges(lab, dra_lab):
+    """(d) The pgpu pool switched to dra: its node drained before it is relabelled, the pgpu release's agents leave
+    it, the DRA driver's kubelet plugin comes (so do the stand-in's slices) and verify passes it as a dra pool with its
+    claim allocated on its own GPU; switched back, drained again, its slices deleted, verify passes it as pgpu."""
+    ns = "dra-switch-test"
+    lab.namespace(ns)
+    deployment = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "on-pgpu", "namespace": ns},
+                  "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "on-pgpu"}}, "template": {
+                      "metadata": {"labels": {"app": "on-pgpu"}},
+                      "spec": {"nodeSelector": {"kubernetes.io/hostname": OTHER_POOL_NODE},
+                               "terminationGracePeriodSeconds": 0, "tolerations": [{"operator": "Exists"}],
+                               "containers": [{"name": "app", "image": "registry.invalid/pause:1"}]}}}}
+
+    def to_dra(pool: dict) -> None:
+        pool.clear()
+        pool.update(accel_pool="pgpu", accel_mode="dra", accel_driver_branch="570",
+                    accel_lab_gpu="dual-socket-a100x8")
+
+    switched = changed_lab_inventory("pool_pgpu.yml", to_dra)
+    try:
+        assert create(lab, deployment).returncode == 0
+        first = wait_for("the workload on the pgpu node", lambda: running_pod_uid(lab, ns, "on-pgpu"))
+        proc = site_play(lab, switched, "--tags", "preflight,cluster,verify")
+        assert proc.returncode == 0, proc.stdout[-5000:]
+        out = proc.stdout
+        drained = out.index("Cordon or drain a node whose sharing changes: drain")
+        assert drained < out.index("pool_labels : Reconcile the labels and taints of every pool's nodes]")
+        second = wait_for("the workload back", lambda: running_pod_uid(lab, ns, "on-pgpu"))
+        assert second != first  # evicted by the drain, made again by its Deployment
+        row = verify_row(out, "pgpu")
+        assert re.search(rf"^pgpu\s+dra\s+1\s+ok\s+ok\s+ok\s+ok\s+published by {DRA_STANDIN} .*completed on "
+                         rf"{OTHER_POOL_NODE}, claim allocated {OTHER_POOL_NODE}/gpu-\d+\s+PASS$", row), row
+        pods = get(lab, "pods", "-n", NS, "--field-selector", f"spec.nodeName={OTHER_POOL_NODE}")["items"]
+        instances = {p["metadata"].get("labels", {}).get("app.kubernetes.io/instance") for p in pods}
+        assert "kube-accel-dra-driver" in instances and "kube-accel-pgpu" not in instances, instances
+        assert stand_in_devices(lab, OTHER_POOL_NODE)
+
+        back = site_play(lab, LAB_INVENTORY / "hosts.yml", "--tags", "preflight,cluster,verify")
+        assert back.returncode == 0, back.stdout[-5000:]
+        row = verify_row(back.stdout, "pgpu")
+        assert re.search(r"^pgpu\s+pgpu\s+1\s+ok\s+ok\s+ok\s+ok\s+completed on lab-pgpu-0\s+PASS$", row), row
+        assert wait_for("the workload back again", lambda: running_pod_uid(lab, ns, "on-pgpu")) != second
+        wait_for(f"{DRA_STANDIN} to delete the slices of {OTHER_POOL_NODE}",
+                 lambda: not stand_in_devices(lab, OTHER_POOL_NODE), timeout=30)
+        labels = get(lab, "node", OTHER_POOL_NODE)["metadata"]["labels"]
+        assert labels["kube-accel.io/mode"] == "pgpu" and "kube-accel.io/dra" not in labels, labels
+    finally:
+        remove_changed_inventory()
+        kubectl(lab, "delete", "namespace", ns, "--wait=false")

@@ -68,6 +68,18 @@ def test_evidence_separates_stand_in_registrations_from_inventory_copies():
     assert "not checked" not in only_standins and "real node" not in only_standins
 
 
+def test_dra_nodes_are_not_counted_as_device_plugin_registrations():
+    """A dra pool's fake node has no device plugin (its slices column names the publisher): the lab's table said
+    'on -1 fake node(s) the lab's device-plugin stand-ins' and 'True of 8 nodes' before (issue 33)."""
+    row = {"pool": "dra", "mode": "dra", "nodes": 1, "labels": "ok", "daemonset": "ok", "allocatable": "ok",
+           "slices": f"published by {av.DRA_SLICES_STANDIN}", "job": "completed on n", "result": "PASS"}
+    text = av.render_table([row], 8, 8, inventory_nodes=2, dra_nodes=1)
+    assert "note: 8 of 8 nodes are kwok fakes" in text
+    assert "on 5 fake node(s) the lab's device-plugin stand-ins" in text
+    assert "  slices       the DRA driver's ResourceSlices" in text
+    assert "  slices " not in av.render_table([{k: v for k, v in row.items() if k != "slices"}], 1, 1)
+
+
 def test_hami_problems_need_hamis_scheduler_and_assignment():
     good = {"name": "p", "scheduler": "hami-scheduler", "node": "n1",
             "annotations": {av.HAMI_ASSIGNED_NODE: "n1", av.HAMI_DEVICES_ALLOCATED: "GPU-1,NVIDIA,1000,0:;"}}

@@ -60,6 +60,7 @@ from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_verify import
     LAB_CAPACITY_ANNOTATION,
 )
 
+from kalab import dra
 from kalab.processes import last_lines, procs_dir, python_module, start, stop_one
 from kalab.site import UPSTREAM_BIN
 
@@ -431,8 +432,6 @@ class DraPublisher:
     of the pod's ServiceAccount bound to the pod, renewed in the file the kubeconfig names: client-go rereads it)."""
 
     def __init__(self, root: Path, api, node: str, pod: dict, host: dict):
-        from kalab import dra  # noqa: PLC0415 - the stand-in process only
-
         self.node, self.uid, self.pod = node, pod["metadata"]["uid"], pod
         self.name = f"dra-slices-{node}"
         work = root / "dra" / node

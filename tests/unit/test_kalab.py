@@ -91,6 +91,11 @@ def test_nodes_start_without_gpu_capacity_where_a_stand_in_registers_them():
         node = nodes.node_manifest(name, hostvars)
         gpu = {k for k in node["status"]["capacity"] if "/" in k}
         marked = node["metadata"]["annotations"].get(LAB_CAPACITY_ANNOTATION) == LAB_CAPACITY_FROM_INVENTORY
+        if settings["accel_mode"] == "dra":
+            # A dra node advertises no extended resource: its GPUs are ResourceSlices (dra-kubelet-plugin-standin).
+            bare = nodes.node_manifest(name, hostvars, standins=False)
+            assert not gpu and not {k for k in bare["status"]["capacity"] if "/" in k}, name
+            continue
         if nodes.capacity_by_standin(settings):
             by_standin.add(settings["accel_mode"])
             assert not gpu and not marked, name
@@ -164,5 +169,5 @@ def test_a_stand_in_runs_as_a_lab_process_from_its_module(tmp_path):
     proc = subprocess.run(argv, env={"PATH": os.environ["PATH"], **env}, cwd=tmp_path, capture_output=True,
                           text=True, check=False, timeout=60)
     assert proc.returncode == 0, proc.stderr
-    assert "{standin,dp-standin,exporter}" in proc.stdout
+    assert "{standin,dp-standin,dra-standin,exporter}" in proc.stdout
     assert env["PYTHONPATH"] == str(site.REPO / "scripts")

@@ -68,7 +68,8 @@ def test_the_inventorys_max_unavailable_reaches_every_node_agent_release_and_its
     """accel_rollout_max_unavailable (group_vars/all): the careful operator rolls 5 nodes at a time instead of 10 %;
     every device-plugin and vGPU release gets it, and helm's --timeout follows the slower rollout."""
     hosts = [f"n{i}" for i in range(200)]
-    pools = [_pool("big", hosts[:150], mode="mps", mps_replicas=4), _pool("ts", hosts[150:], mode="timeslice", timeslice_replicas=4),
+    pools = [_pool("big", hosts[:150], mode="mps", mps_replicas=4),
+             _pool("ts", hosts[150:], mode="timeslice", timeslice_replicas=4),
              _pool("hami", ["h1"], mode="vgpu", vgpu_backend="hami")]
     cluster = cv.cluster_settings({"accel_rollout_max_unavailable": 5})
     releases = {r["name"]: r for r in cv.pool_releases(pools, cluster)}

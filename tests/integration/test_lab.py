@@ -36,7 +36,7 @@ def test_pool_labels_role_labels_the_fresh_nodes(lab):
     sliced = nodes["lab-timeslice-0"]
     assert sliced.metadata.labels[accel_constants.LABELS["mode"]] == "timeslice"
     assert sliced.metadata.labels["nvidia.com/device-plugin.config"] == "timeslice-8-multi"
-    assert set(lab.nodes_by_pool) == {"vgpu-hami", "vgpu-vcuda", "pgpu", "mps", "mig", "timeslice"}
+    assert set(lab.nodes_by_pool) == {"vgpu-hami", "vgpu-vcuda", "pgpu", "mps", "mig", "timeslice", "dra"}
 
 
 def test_helm_chart_pod_runs_on_a_fake_node(lab, tmp_path):

@@ -38,7 +38,7 @@ mkdir -p tests/sanity
 {
   for f in plugins/modules/*.py; do echo "$f validate-modules:missing-gplv3-license"; done
   find charts -path '*/templates/*' \( -name '*.yaml' -o -name '*.yml' \) | sort | sed 's/$/ yamllint!skip/'
-  for f in docs/examples/*.yaml; do
+  for f in $(find docs/examples -name '*.yaml' | sort); do
     docs=$("$bin/python" -c 'import sys, yaml; print(len(list(yaml.safe_load_all(open(sys.argv[1])))))' "$f")
     if [ "$docs" -gt 1 ]; then echo "$f yamllint:multiple-yaml-documents"; fi
   done

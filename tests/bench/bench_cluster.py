@@ -38,7 +38,12 @@ from pathlib import Path
 from typing import NamedTuple
 
 import yaml
-from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_constants, accel_gpu_facts, accel_pools  # noqa: E402
+from ansible_collections.kube_accel.gpu.plugins.module_utils import (  # noqa: E402
+    accel_chart_values,
+    accel_constants,
+    accel_gpu_facts,
+    accel_pools,
+)
 from benchlib import BIN, REPO, Row, ansible_env, log, ratio_line, run_playbook, stopwatch, write_rows  # noqa: E402
 from kalab.cluster import audit_log, cluster_running  # scripts/kalab: the lab's cluster, nodes and paths
 from kalab.nodes import node_api, node_manifest
@@ -183,7 +188,12 @@ def release_nodes(size: int) -> dict[str, int]:
     """Release name -> how many bench nodes its pools have (what each of its DaemonSets must cover)."""
     counts: Counter = Counter()
     for group, hosts in node_names(size).items():
-        counts[f"kube-accel-{accel_pools.release_key(accel_pools.pool_settings(pool_groups()[group]))}"] += len(hosts)
+        key = accel_pools.release_key(accel_pools.pool_settings(pool_groups()[group]))
+        counts[f"kube-accel-{key}"] += len(hosts)
+        if key == "dra":
+            # kube-accel-dra (classes, templates) runs no DaemonSet; NVIDIA's driver release runs its kubelet plugin
+            # on every dra node.
+            counts[accel_chart_values.dra_driver_release()] += len(hosts)
     return dict(counts)
 
 

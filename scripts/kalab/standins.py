@@ -297,7 +297,26 @@ def plugin_pods(pods: list[dict], nodes: set[str], image: str, prefer: str | Non
     return out
 
 
-class ConfigManager:
+class LabChild:
+    """A process the stand-in runs for one node (``proc``, ``name``, ``log``, ``exited``), restarted by its owner once
+    it has been gone a while."""
+
+    proc: subprocess.Popen
+    name: str
+    log: Path
+    exited: float | None
+
+    def exited_for(self) -> float:
+        """Seconds since the process exited (0 while it runs); its exit and last log lines are printed once."""
+        if self.proc.poll() is None:
+            return 0
+        if self.exited is None:
+            self.exited = time.time()
+            print(f"{self.name} exited with {self.proc.returncode}:\n{last_lines(self.log, 10)}", flush=True)
+        return time.time() - self.exited
+
+
+class ConfigManager(LabChild):
     """One node's config-manager sidecar, run as its pod runs it (lab process config-manager-NODE)."""
 
     def __init__(self, root: Path, api, node: str, pod: dict):
@@ -336,15 +355,6 @@ class ConfigManager:
             path = self.srcdir / key
             if not path.exists() or path.read_text() != text:
                 path.write_text(text)
-
-    def exited_for(self) -> float:
-        """Seconds since config-manager exited (0 while it runs); its exit and last log lines are printed once."""
-        if self.proc.poll() is None:
-            return 0
-        if self.exited is None:
-            self.exited = time.time()
-            print(f"{self.name} exited with {self.proc.returncode}:\n{last_lines(self.log, 10)}", flush=True)
-        return time.time() - self.exited
 
     def config(self) -> str | None:
         return self.dst.read_text() if self.dst.exists() else None
@@ -426,7 +436,7 @@ def dra_plugin_pods(pods: list[dict], nodes: set[str]) -> dict[str, dict]:
     return out
 
 
-class DraPublisher:
+class DraPublisher(LabChild):
     """One node's publisher (lab process dra-slices-NODE): kalab.dra.publisher, the DRA driver's own enumeration and
     ResourceSlice controller over the host's recorded NVML snapshot, writing as the node's kubelet-plugin pod (a token
     of the pod's ServiceAccount bound to the pod, renewed in the file the kubeconfig names: client-go rereads it)."""
@@ -476,12 +486,7 @@ class DraPublisher:
         if not self.reported and '"published"' in self.log.read_text(errors="replace"):
             self.reported = True
             print(f"{self.node}: {last_lines(self.log, 1)}", flush=True)
-        if self.proc.poll() is None:
-            return 0
-        if self.exited is None:
-            self.exited = time.time()
-            print(f"{self.name} exited with {self.proc.returncode}:\n{last_lines(self.log, 10)}", flush=True)
-        return time.time() - self.exited
+        return self.exited_for()
 
     def stop(self, root: Path, resource_api) -> None:
         """Stop publishing and remove the node's slices of the driver: what the kubelet does once a plugin is gone

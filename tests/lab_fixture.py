@@ -54,6 +54,20 @@ def _lab(*args: str) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, check=False)
 
 
+def _up() -> None:
+    # Podman host names are shared: only the default lab has hosts.
+    proc = _lab("up", "--skip-toolchain", *([] if (REPO / ".lab").resolve() == LAB_DIR else ["--no-hosts"]))
+    if proc.returncode != 0:
+        pytest.fail(f"lab did not start:\n{proc.stdout}\n{proc.stderr}")
+
+
+def reset_lab(lab: Lab) -> None:
+    """The lab afresh (down, then up): unlabelled nodes and hosts kube-accel never touched, for a test that needs
+    them. ``lab`` stays valid (same directory, kubeconfig and addresses); the session still tears it down."""
+    _lab("down")
+    _up()
+
+
 @pytest.fixture(scope="session")
 def lab() -> Lab:
     missing = [b for b in ("kube-apiserver", "kwokctl", "etcd", "helm") if not (BIN / b).exists()]
@@ -61,10 +75,7 @@ def lab() -> Lab:
         pytest.fail(f"lab toolchain missing {missing} in {BIN}: run `make toolchain` first")
     started = _lab("status").returncode != 0
     if started:
-        # Podman host names are shared: only the default lab has hosts.
-        proc = _lab("up", "--skip-toolchain", *([] if (REPO / ".lab").resolve() == LAB_DIR else ["--no-hosts"]))
-        if proc.returncode != 0:
-            pytest.fail(f"lab did not start:\n{proc.stdout}\n{proc.stderr}")
+        _up()
     # The lab's nodes start unlabelled, as a fresh cluster's: label them with the cluster play's own role.
     label = subprocess.run(
         [str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(REPO / "inventories" / "lab" / "hosts.yml"),

@@ -6,9 +6,10 @@ A full run of the host roles ends by recording three digests on the host: the *i
 facts, computed on the controller), the *code* (kube-accel's host roles, modules and host play) and the *state*
 (every file the roles write or read, the package database, the booted kernel and its command line, the loaded
 modules, read on the host). A later run whose digests all match has nothing to do, and skips the roles; any
-difference, or no record, runs them all. A difference in the code alone is told apart (``code_only``): a
-kube-accel upgrade changes what the roles *could* do, not what this host was given, so the hosts play first asks
-the roles in check mode whether they would change anything here before it drains the node (ansible/hosts.yml).
+difference, or no record, runs them all. A difference in the code alone is told apart (``probe``): a kube-accel
+upgrade changes what the roles *could* do, not what this host was given, so the hosts play first asks the roles in
+check mode whether they would change anything here before it drains the node (ansible/hosts.yml). A record an
+earlier version wrote is probed too: its digests cannot be compared with this version's.
 """
 
 from __future__ import annotations
@@ -21,8 +22,11 @@ from collections.abc import Iterable
 from typing import Any
 
 # 2: the code digest is kept apart from the inputs (version 1 folded it in, so its records cannot tell a
-# kube-accel upgrade from an inventory change: they mean one full run).
+# kube-accel upgrade from an inventory change, and its state watched other paths).
 RECORD_VERSION = 2
+# Records of these versions were written by an earlier kube-accel's full run: the host was converged then, but the
+# digests mean something else, so the roles are asked in check mode (the probe) instead of compared.
+EARLIER_VERSIONS = (1,)
 
 
 def digest(data: Any) -> str:
@@ -110,8 +114,13 @@ def compare(saved: dict[str, Any] | None, inputs: str, current: dict[str, Any], 
 
 def check(saved: dict[str, Any] | None, inputs: str, current: dict[str, Any],
           code: str = "") -> tuple[bool, str, bool]:
-    """(current, why, code_only): code_only when the record differs in kube-accel's code digest alone (same
-    variables, facts and host state). The host state is compared before the code: drift always means a full run."""
+    """(current, why, probe): probe when the record cannot decide and the roles should be asked in check mode: it
+    differs in kube-accel's code digest alone (same variables, facts and host state), or an earlier kube-accel wrote
+    it (EARLIER_VERSIONS). The host state is compared before the code: drift always means a full run. A record of
+    an unknown version (a later kube-accel's, before a downgrade) means a full run."""
+    if saved and saved.get("version") in EARLIER_VERSIONS:
+        return (False, f"the record is an earlier kube-accel's (record version {saved['version']}): its digests "
+                "cannot be compared with this version's", True)
     if not saved or saved.get("version") != RECORD_VERSION:
         return False, "no record of a full run", False
     if saved.get("inputs") != inputs:

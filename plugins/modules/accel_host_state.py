@@ -11,7 +11,9 @@ description:
   - O(action=check) reads the record a full run left and tells whether the host still matches it, that is the
     same inputs digest (variables, facts, computed by the caller), the same O(code) digest and the same digest of
     every watched path (content, mode, owner, link target) and of the entry names of O(watch_names), read now. It
-    changes nothing. RV(code_only) tells a record that differs in O(code) alone (a kube-accel upgrade, nothing else).
+    changes nothing. RV(probe) tells a record that cannot decide alone: it differs in O(code) alone (a kube-accel
+    upgrade, nothing else), or an earlier kube-accel version wrote it (record version 1, whose digests mean something
+    else); the caller then asks the roles in check mode.
   - O(action=record) writes that record. It changes the record file only when the record differs.
   - The host play uses both for its fast path; see roles/host_state.
 version_added: "0.1.0"
@@ -90,12 +92,14 @@ reason:
   description: Why the host is or is not current (the first differing path, when one differs).
   returned: always
   type: str
-code_only:
-  description: O(action=check) - the record differs from now in the O(code) digest alone.
+probe:
+  description: >-
+    O(action=check) - the record differs from now in the O(code) digest alone, or is an earlier version's record:
+    whether the host changes is for the roles in check mode to say.
   returned: always
   type: bool
 reboot_required:
-  description: O(action=check) - the reboot reasons the record keeps (empty unless current or RV(code_only)).
+  description: O(action=check) - the reboot reasons the record keeps (empty unless current or RV(probe)).
   returned: always
   type: list
   elements: str
@@ -133,13 +137,13 @@ def main():
     saved = read(p["path"])
     now = state(p["watch"], p["watch_names"])
     if p["action"] == "check":
-        current, reason, code_only = check(saved, p["inputs"], now, p["code"])
-        # code_only: the state still matches, so the reasons the last full run left are still pending.
-        module.exit_json(changed=False, current=current, reason=reason, code_only=code_only,
-                         reboot_required=(saved or {}).get("reboot_required", []) if current or code_only else [])
+        current, reason, probe = check(saved, p["inputs"], now, p["code"])
+        # probe: the last full run's reboot reasons are still pending (a probed host starts from them).
+        module.exit_json(changed=False, current=current, reason=reason, probe=probe,
+                         reboot_required=(saved or {}).get("reboot_required", []) if current or probe else [])
     new = record(p["inputs"], now, p["reboot_required"], p["code"])
     changed = new != saved
-    result = {"changed": changed, "current": True, "code_only": False,
+    result = {"changed": changed, "current": True, "probe": False,
               "reason": "recorded" if changed else "record up to date", "reboot_required": p["reboot_required"]}
     if module._diff and changed:
         # The digests, not the whole state: enough to see what moved.

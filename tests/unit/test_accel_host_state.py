@@ -78,7 +78,7 @@ def test_code_digest_follows_content_not_caches(tmp_path):
     assert hs.code_digest(str(tmp_path), ["roles"]) != first
 
 
-def test_record_keeps_code_apart_and_tells_a_code_only_difference(tmp_path):
+def test_record_keeps_code_apart_and_probes_a_code_only_difference_or_an_earlier_record(tmp_path):
     conf = make_tree(tmp_path)
     watch = [str(tmp_path / "etc")]
     saved = hs.record("inputs-1", hs.state(watch, []), [], code="code-1")
@@ -88,8 +88,7 @@ def test_record_keeps_code_apart_and_tells_a_code_only_difference(tmp_path):
     # A kube-accel upgrade alone: probed, not drained up front.
     assert hs.check(saved, "inputs-1", hs.state(watch, []), "code-2") == (
         False, "the kube-accel code changed (variables, facts and host state did not)", True)
-    # Anything else beside it is a full run: variables or facts, drift, no record or a record of version 1 (its
-    # inputs digest folded the code in, so it cannot tell an upgrade from an inventory change).
+    # Anything else beside it is a full run: variables or facts, drift, no record, a record of a later version.
     assert hs.check(saved, "inputs-2", hs.state(watch, []), "code-2") == (
         False, "inputs changed (variables or facts)", False)
     assert hs.check(saved, "inputs-2", hs.state(watch, []), "code-1")[2] is False
@@ -97,7 +96,15 @@ def test_record_keeps_code_apart_and_tells_a_code_only_difference(tmp_path):
     assert hs.check(saved, "inputs-1", hs.state(watch, []), "code-2") == (
         False, f"host changed since the last full run: {conf}", False)
     assert hs.check(None, "inputs-1", hs.state(watch, []), "code-1") == (False, "no record of a full run", False)
-    assert hs.check({**saved, "version": 1}, "inputs-1", hs.state(watch, []), "code-1")[2] is False
+    assert hs.check({**saved, "version": 3}, "inputs-1", hs.state(watch, []), "code-1") == (
+        False, "no record of a full run", False)
+    # A record 0.1.0 wrote (version 1: the code folded into its inputs digest, other watched paths) is probed: the
+    # roles in check mode decide, whatever its digests say; its pending reboot reasons are kept.
+    v1 = {"version": 1, "inputs": "inputs-and-code-0.1.0", "state_digest": "other-paths", "state": {},
+          "reboot_required": ["kernel arguments changed"]}
+    assert hs.check(v1, "inputs-1", hs.state(watch, []), "code-2") == (
+        False, "the record is an earlier kube-accel's (record version 1): its digests cannot be compared with this "
+        "version's", True)
 
 
 def test_code_digest_of_the_host_play_covers_its_role_list():

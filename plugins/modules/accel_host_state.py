@@ -11,9 +11,9 @@ description:
   - O(action=check) reads the record a full run left and tells whether the host still matches it, that is the
     same inputs digest (variables, facts, computed by the caller), the same O(code) digest and the same digest of
     every watched path (content, mode, owner, link target) and of the entry names of O(watch_names), read now. It
-    changes nothing. RV(probe) tells a record that cannot decide alone: it differs in O(code) alone (a kube-accel
-    upgrade, nothing else), or an earlier kube-accel version wrote it (record version 1, whose digests mean something
-    else); the caller then asks the roles in check mode.
+    changes nothing. RV(probe) tells a record that cannot decide alone, one that differs in O(code) alone (a
+    kube-accel upgrade, nothing else) or that an earlier kube-accel version wrote (record version 1, whose digests
+    mean something else); the caller then asks the roles in check mode.
   - O(action=record) writes that record. It changes the record file only when the record differs.
   - The host play uses both for its fast path; see roles/host_state.
 version_added: "0.1.0"

@@ -142,6 +142,21 @@ def changed_lab_inventory(pool_file: str, change) -> Path:
     return CHANGED_INVENTORY / "hosts.yml"
 
 
+def lab_inventory_without(*groups: str) -> Path:
+    """A copy of the lab inventory (CHANGED_INVENTORY) whose hosts.yml has none of the pool groups ``groups`` (their
+    hosts leave kube-accel); its hosts.yml. Remove it with remove_changed_inventory()."""
+    remove_changed_inventory()
+    shutil.copytree(LAB_INVENTORY, CHANGED_INVENTORY)
+    path = CHANGED_INVENTORY / "hosts.yml"
+    inventory = yaml.safe_load(path.read_text())
+    pools = inventory["all"]["children"]["gpu_pools"]["children"]
+    for group in groups:
+        del pools[group]
+        (CHANGED_INVENTORY / "group_vars" / f"{group}.yml").unlink()
+    path.write_text("---\n" + yaml.safe_dump(inventory, sort_keys=False))
+    return path
+
+
 def remove_changed_inventory() -> None:
     shutil.rmtree(CHANGED_INVENTORY, ignore_errors=True)
 

@@ -6,7 +6,11 @@ processes and the verify table. Each runs as a lab process, this module run by t
                    host's recorded GPUs and the deployed device config, and completes allocations as the
                    plugin's Allocate does (hami.io/bind-phase=success, hami.io/mutex.lock released); the node's
                    capacity is what that plugin registers with the kubelet: deviceSplitCount (or the node's
-                   nodeconfig entry) devices per GPU
+                   nodeconfig entry) devices per GPU. It also keeps the lab's copy of the chart's webhook
+                   configuration (kalab.upstream.start_hami: HAMi's webhook served by a lab process) in step with
+                   the chart's own: present while the release's MutatingWebhookConfiguration is, deleted when helm
+                   deletes that, so a removed HAMi pool stops sending GPU pods to HAMi's scheduler as it does in a
+                   cluster (tests/integration/test_day2_lab.py)
   device-plugin-standin        for NVIDIA's device plugin (pgpu, mps and timeslice pools): on nodes that run a
                    k8s-device-plugin pod it runs that pod's config-manager sidecar (the upstream binary, its
                    rendered env, the ConfigMap files the kubelet would mount) in a PID namespace of its own, loads
@@ -151,19 +155,39 @@ def agent_client(api, kubeconfig: Path, pod: dict, cache: dict):
     return held[1]
 
 
+def follow_chart_webhook(admission, copy: dict) -> str | None:
+    """Create or delete the lab's copy of a chart's MutatingWebhookConfiguration (its annotation
+    kube-accel.lab/copy-of names the chart's) so that it exists exactly while the chart's does; what it did, or None."""
+    chart = copy["metadata"]["annotations"]["kube-accel.lab/copy-of"]
+    names = {h.metadata.name for h in admission.list_mutating_webhook_configuration().items}
+    if chart in names and copy["metadata"]["name"] not in names:
+        admission.create_mutating_webhook_configuration(copy)
+        return f"{chart} is back: lab webhook {copy['metadata']['name']} created"
+    if chart not in names and copy["metadata"]["name"] in names:
+        admission.delete_mutating_webhook_configuration(copy["metadata"]["name"])
+        return f"{chart} is gone: lab webhook {copy['metadata']['name']} deleted"
+    return None
+
+
 def standin(root: Path, hosts_json: Path) -> None:
     """Loop of the HAMi device-plugin stand-in (see the module docstring)."""
     from kubernetes import client, config  # noqa: PLC0415
 
     gpus_of: dict[str, list[dict]] = json.loads(hosts_json.read_text())
     kubeconfig = root / "kubeconfig"
-    api = client.CoreV1Api(config.new_client_from_config(str(kubeconfig)))
+    api_client = config.new_client_from_config(str(kubeconfig))
+    api = client.CoreV1Api(api_client)
+    admission = client.AdmissionregistrationV1Api(api_client)
+    # Written by kalab.upstream.start_hami next to hosts_json, before it starts this process.
+    webhook_copy = yaml.safe_load((hosts_json.parent / "webhook.yaml").read_text())
     ready = procs_dir(root) / f"{STANDIN}.ready"
     print(f"{STANDIN}: lab stand-in for HAMi's device plugin on {sorted(gpus_of)}", flush=True)
     written: dict[str, str] = {}
     tokens: dict[str, tuple] = {}
     while True:
         try:
+            if followed := follow_chart_webhook(admission, webhook_copy):
+                print(followed, flush=True)
             pods = json.loads(api.list_pod_for_all_namespaces(_preload_content=False).data)["items"]
             plugin_nodes, agents = {}, {}
             for pod in pods:

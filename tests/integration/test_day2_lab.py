@@ -18,7 +18,15 @@ import sys
 from pathlib import Path
 
 import pytest
-from lab_fixture import LAB_INVENTORY, changed_lab_inventory, remove_changed_inventory, site_play, wait_for
+from lab_fixture import (
+    LAB_INVENTORY,
+    changed_lab_inventory,
+    converge_cluster,
+    lab_inventory_without,
+    remove_changed_inventory,
+    site_play,
+    wait_for,
+)
 
 pytestmark = pytest.mark.lab
 
@@ -56,12 +64,12 @@ def switched():
     remove_changed_inventory()
 
 
-def pinned_pod(lab, name: str, node: str) -> str:
+def pinned_pod(lab, name: str, node: str, namespace: str = WORKLOADS) -> str:
     """A Deployment's pod on ``node`` (tolerating the pool's taint, as a GPU workload there does): its UID once
     running (kwok runs it)."""
     taints = json.loads(lab.kubectl_run("get", "node", node, "-o", "json").stdout)["spec"].get("taints") or []
     deployment = {
-        "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name, "namespace": WORKLOADS},
+        "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name, "namespace": namespace},
         "spec": {"replicas": 1, "selector": {"matchLabels": {"app": name}}, "template": {
             "metadata": {"labels": {"app": name}},
             "spec": {"nodeSelector": {"kubernetes.io/hostname": node}, "terminationGracePeriodSeconds": 0,
@@ -70,11 +78,11 @@ def pinned_pod(lab, name: str, node: str) -> str:
                      "containers": [{"name": "app", "image": "registry.invalid/pause:1"}]}}}}
     subprocess.run([str(lab.kubectl), "--kubeconfig", str(lab.kubeconfig), "apply", "-f", "-"],
                    input=json.dumps(deployment), text=True, capture_output=True, check=True)
-    return wait_for(f"a running pod of {name}", lambda: running_pod(lab, name))
+    return wait_for(f"a running pod of {name}", lambda: running_pod(lab, name, namespace))
 
 
-def running_pod(lab, name: str) -> str | None:
-    pods = json.loads(lab.kubectl_run("get", "pods", "-n", WORKLOADS, "-l", f"app={name}", "-o", "json").stdout)
+def running_pod(lab, name: str, namespace: str = WORKLOADS) -> str | None:
+    pods = json.loads(lab.kubectl_run("get", "pods", "-n", namespace, "-l", f"app={name}", "-o", "json").stdout)
     return next((p["metadata"]["uid"] for p in pods["items"] if p["status"].get("phase") == "Running"
                  and not p["metadata"].get("deletionTimestamp")), None)
 
@@ -89,8 +97,7 @@ def workloads(lab):
 def test_a_pool_switched_from_mps_to_timeslice_leaves_nothing_behind(lab, switched, workloads):
     """And its node is drained before it is relabelled, returned to service at the end; other pools' nodes are not
     touched. Evidence: the run's task order, the pods' UIDs and the node as the API server holds it."""
-    before = site(lab, LAB / "hosts.yml")
-    assert before.returncode == 0, before.stdout[-4000:]
+    converge_cluster(lab, {"kube-accel-mps", "kube-accel-pgpu"}, namespace="kube-accel")
     assert "kube-accel-mps" in releases(lab) and "kube-accel-mps" in daemonsets(lab)
     mps_pod = pinned_pod(lab, "on-mps", "lab-mps-0")
     bystander = pinned_pod(lab, "on-pgpu", "lab-pgpu-0")
@@ -156,3 +163,65 @@ def test_what_an_earlier_run_owned_and_no_one_wants_is_a_leftover_then_removed(l
     finally:
         subprocess.run([str(lab.helm), "uninstall", name, "-n", "kube-accel", "--kubeconfig", str(lab.kubeconfig)],
                        check=False, capture_output=True)
+
+
+def instances(lab, kind: str, namespaced: bool = True) -> set[str]:
+    """The app.kubernetes.io/instance labels of every object of ``kind`` (in every namespace)."""
+    out = lab.kubectl_run("get", kind, *(["-A"] if namespaced else []), "-o", "json").stdout
+    return {(o["metadata"].get("labels") or {}).get("app.kubernetes.io/instance", "") for o in json.loads(out)["items"]}
+
+
+@pytest.fixture
+def without_hami():
+    """The lab inventory without the HAMi pool (its two hosts leave kube-accel), removed afterwards."""
+    yield lab_inventory_without("pool_vgpu_hami")
+    remove_changed_inventory()
+
+
+def test_the_hami_pool_removed_takes_its_webhook_and_scheduler_along(lab, without_hami, workloads):
+    """Before, HAMi's MutatingWebhookConfiguration outlived its pool and kept sending every nvidia.com/gpu pod of the
+    other pools to a scheduler that no longer served them. Now the release goes whole (webhook, scheduler, device
+    plugin), the pool's nodes are drained before they lose their labels and return to service without kube-accel's
+    labels, and other pools' nodes are not touched; verify's Jobs of the other pools (nvidia.com/gpu pods) complete.
+    Evidence: the API server's objects, the pods' UIDs, the upstream kube-scheduler placing verify's Jobs. (The lab
+    serves HAMi's webhook from a process of its own through a copy of the chart's configuration, kalab.upstream's
+    LAB_WEBHOOK, which the HAMi stand-in keeps only while the chart's exists: kalab.standins.)"""
+    from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_constants  # noqa: PLC0415
+    from kalab.upstream import LAB_WEBHOOK  # noqa: PLC0415
+
+    release = "kube-accel-vgpu-hami"
+    converge_cluster(lab, {release}, namespace="kube-accel")
+    assert release in instances(lab, "mutatingwebhookconfigurations", namespaced=False)
+    wait_for(f"the lab's copy {LAB_WEBHOOK} back", lambda: LAB_WEBHOOK in lab.kubectl_run(
+        "get", "mutatingwebhookconfigurations", "-o", "name").stdout, timeout=30)
+    hami_pod = pinned_pod(lab, "on-hami", "lab-hami-0")
+    bystander = pinned_pod(lab, "on-pgpu", "lab-pgpu-0")
+
+    proc = site(lab, without_hami)
+    assert proc.returncode == 0, proc.stdout[-5000:] + proc.stderr[-2000:]
+    out = proc.stdout
+    drained = out.index("Cordon or drain a node whose sharing changes: drain")
+    assert drained < out.index("pool_labels : Reconcile the labels and taints of every pool's nodes]")
+    assert release not in releases(lab)
+    for kind, namespaced in (("mutatingwebhookconfigurations", False), ("deployments", True),
+                             ("daemonsets", True), ("services", True)):
+        assert release not in instances(lab, kind, namespaced), f"a {kind} of {release} is left"
+    assert running_pod(lab, "on-hami") != hami_pod  # evicted by the drain
+    assert running_pod(lab, "on-pgpu") == bystander
+    owned = accel_constants.LABELS.values()
+    for name in ("lab-hami-0", "lab-hami-1"):
+        node = json.loads(lab.kubectl_run("get", "node", name, "-o", "json").stdout)
+        assert not set(owned) & set(node["metadata"]["labels"]), (name, node["metadata"]["labels"])
+        assert accel_constants.UPSTREAM_LABELS["device_plugin_config"] not in node["metadata"]["labels"]
+        assert not node["spec"].get("unschedulable"), f"{name} left cordoned"
+    assert "releases: no leftover" in out
+    hooks = lab.kubectl_run("get", "mutatingwebhookconfigurations", "-o", "name").stdout
+    assert LAB_WEBHOOK not in hooks, hooks
+
+    # And back: the pool returns with its release and webhook.
+    back = site(lab, LAB / "hosts.yml")
+    assert back.returncode == 0, back.stdout[-5000:]
+    assert releases(lab)[release] == "deployed"
+    assert release in instances(lab, "mutatingwebhookconfigurations", namespaced=False)
+    wait_for(f"the lab's copy {LAB_WEBHOOK} back", lambda: LAB_WEBHOOK in lab.kubectl_run(
+        "get", "mutatingwebhookconfigurations", "-o", "name").stdout, timeout=30)

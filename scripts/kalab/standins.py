@@ -10,7 +10,7 @@ processes and the verify table. Each runs as a lab process, this module run by t
                    configuration (kalab.upstream.start_hami: HAMi's webhook served by a lab process) in step with
                    the chart's own: present while the release's MutatingWebhookConfiguration is, deleted when helm
                    deletes that, so a removed HAMi pool stops sending GPU pods to HAMi's scheduler as it does in a
-                   cluster (tests/integration/test_day2_lab.py)
+                   cluster (tests/integration/test_pools_leave_lab.py)
   device-plugin-standin        for NVIDIA's device plugin (pgpu, mps and timeslice pools): on nodes that run a
                    k8s-device-plugin pod it runs that pod's config-manager sidecar (the upstream binary, its
                    rendered env, the ConfigMap files the kubelet would mount) in a PID namespace of its own, loads

@@ -22,7 +22,6 @@ from lab_fixture import (
     LAB_INVENTORY,
     changed_lab_inventory,
     converge_cluster,
-    lab_inventory_without,
     remove_changed_inventory,
     site_play,
     wait_for,
@@ -164,64 +163,3 @@ def test_what_an_earlier_run_owned_and_no_one_wants_is_a_leftover_then_removed(l
         subprocess.run([str(lab.helm), "uninstall", name, "-n", "kube-accel", "--kubeconfig", str(lab.kubeconfig)],
                        check=False, capture_output=True)
 
-
-def instances(lab, kind: str, namespaced: bool = True) -> set[str]:
-    """The app.kubernetes.io/instance labels of every object of ``kind`` (in every namespace)."""
-    out = lab.kubectl_run("get", kind, *(["-A"] if namespaced else []), "-o", "json").stdout
-    return {(o["metadata"].get("labels") or {}).get("app.kubernetes.io/instance", "") for o in json.loads(out)["items"]}
-
-
-@pytest.fixture
-def without_hami():
-    """The lab inventory without the HAMi pool (its two hosts leave kube-accel), removed afterwards."""
-    yield lab_inventory_without("pool_vgpu_hami")
-    remove_changed_inventory()
-
-
-def test_the_hami_pool_removed_takes_its_webhook_and_scheduler_along(lab, without_hami, workloads):
-    """Before, HAMi's MutatingWebhookConfiguration outlived its pool and kept sending every nvidia.com/gpu pod of the
-    other pools to a scheduler that no longer served them. Now the release goes whole (webhook, scheduler, device
-    plugin), the pool's nodes are drained before they lose their labels and return to service without kube-accel's
-    labels, and other pools' nodes are not touched; verify's Jobs of the other pools (nvidia.com/gpu pods) complete.
-    Evidence: the API server's objects, the pods' UIDs, the upstream kube-scheduler placing verify's Jobs. (The lab
-    serves HAMi's webhook from a process of its own through a copy of the chart's configuration, kalab.upstream's
-    LAB_WEBHOOK, which the HAMi stand-in keeps only while the chart's exists: kalab.standins.)"""
-    from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_constants  # noqa: PLC0415
-    from kalab.upstream import LAB_WEBHOOK  # noqa: PLC0415
-
-    release = "kube-accel-vgpu-hami"
-    converge_cluster(lab, {release}, namespace="kube-accel")
-    assert release in instances(lab, "mutatingwebhookconfigurations", namespaced=False)
-    wait_for(f"the lab's copy {LAB_WEBHOOK} back", lambda: LAB_WEBHOOK in lab.kubectl_run(
-        "get", "mutatingwebhookconfigurations", "-o", "name").stdout, timeout=30)
-    hami_pod = pinned_pod(lab, "on-hami", "lab-hami-0")
-    bystander = pinned_pod(lab, "on-pgpu", "lab-pgpu-0")
-
-    proc = site(lab, without_hami)
-    assert proc.returncode == 0, proc.stdout[-5000:] + proc.stderr[-2000:]
-    out = proc.stdout
-    drained = out.index("Cordon or drain a node whose sharing changes: drain")
-    assert drained < out.index("pool_labels : Reconcile the labels and taints of every pool's nodes]")
-    assert release not in releases(lab)
-    for kind, namespaced in (("mutatingwebhookconfigurations", False), ("deployments", True),
-                             ("daemonsets", True), ("services", True)):
-        assert release not in instances(lab, kind, namespaced), f"a {kind} of {release} is left"
-    assert running_pod(lab, "on-hami") != hami_pod  # evicted by the drain
-    assert running_pod(lab, "on-pgpu") == bystander
-    owned = accel_constants.LABELS.values()
-    for name in ("lab-hami-0", "lab-hami-1"):
-        node = json.loads(lab.kubectl_run("get", "node", name, "-o", "json").stdout)
-        assert not set(owned) & set(node["metadata"]["labels"]), (name, node["metadata"]["labels"])
-        assert accel_constants.UPSTREAM_LABELS["device_plugin_config"] not in node["metadata"]["labels"]
-        assert not node["spec"].get("unschedulable"), f"{name} left cordoned"
-    assert "releases: no leftover" in out
-    hooks = lab.kubectl_run("get", "mutatingwebhookconfigurations", "-o", "name").stdout
-    assert LAB_WEBHOOK not in hooks, hooks
-
-    # And back: the pool returns with its release and webhook.
-    back = site(lab, LAB / "hosts.yml")
-    assert back.returncode == 0, back.stdout[-5000:]
-    assert releases(lab)[release] == "deployed"
-    assert release in instances(lab, "mutatingwebhookconfigurations", namespaced=False)
-    wait_for(f"the lab's copy {LAB_WEBHOOK} back", lambda: LAB_WEBHOOK in lab.kubectl_run(
-        "get", "mutatingwebhookconfigurations", "-o", "name").stdout, timeout=30)

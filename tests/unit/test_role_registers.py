@@ -3,7 +3,7 @@
 A registered variable outranks the option's default and include parameters for the rest of the host's run, so the
 next include of the role gets a dict where its argument check wants a bool or a string and fails. Found in the lab:
 node_reboot's uncordon step registered node_reboot_uncordon, and the cluster play failed on the second node of a pool
-it returned to service (tests/integration/test_day2_lab.py, the HAMi pool removed).
+it returned to service (tests/integration/test_pools_leave_lab.py, the HAMi pool removed).
 """
 
 from __future__ import annotations

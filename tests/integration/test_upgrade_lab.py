@@ -30,7 +30,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from lab_fixture import LAB_INVENTORY, reset_lab, site_play, wait_for
+from lab_fixture import LAB_INVENTORY, reset_lab, site_play
+from test_day2_lab import pinned_pod
 
 pytestmark = pytest.mark.lab
 
@@ -75,23 +76,6 @@ def nodes(lab) -> dict[str, dict]:
     return {n["metadata"]["name"]: n for n in json.loads(lab.kubectl_run("get", "nodes", "-o", "json").stdout)["items"]}
 
 
-def pin_pods(lab, hosts: list[str]) -> None:
-    """A one-pod Deployment per node, tolerating its taints (as a GPU workload there does)."""
-    lab.namespace(WORKLOADS)
-    for host in hosts:
-        deployment = {
-            "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": f"on-{host}", "namespace": WORKLOADS},
-            "spec": {"replicas": 1, "selector": {"matchLabels": {"app": f"on-{host}"}}, "template": {
-                "metadata": {"labels": {"app": f"on-{host}"}},
-                "spec": {"nodeSelector": {"kubernetes.io/hostname": host}, "terminationGracePeriodSeconds": 0,
-                         "tolerations": [{"operator": "Exists"}],
-                         "containers": [{"name": "app", "image": "registry.invalid/pause:1"}]}}}}
-        lab.kubectl_run("apply", "-f", "-", stdin=json.dumps(deployment))
-    wait_for(f"a running pod on each of {hosts}", lambda: sorted(
-        p["spec"]["nodeName"] for p in pods(lab, WORKLOADS).values() if p["status"].get("phase") == "Running") == hosts,
-        timeout=120)
-
-
 @pytest.fixture(scope="module")
 def upgrade(lab, tmp_path_factory):
     if any(name.startswith("kube-accel-") or name == "gpu-operator" for name in releases(lab)):
@@ -116,7 +100,9 @@ def upgrade(lab, tmp_path_factory):
     assert installed.returncode == 0, installed.stdout[-5000:] + installed.stderr[-2000:]
     old_hosts = gpu_hosts(old / "inventories" / "lab" / "hosts.yml")
     before = {"releases": releases(lab), "records": {h: record_version(h) for h in old_hosts}}
-    pin_pods(lab, old_hosts)
+    lab.namespace(WORKLOADS)
+    for host in old_hosts:
+        pinned_pod(lab, f"on-{host}", host, WORKLOADS)
     before["pods"] = pods(lab, WORKLOADS)
     before["mps"] = pods(lab, "kube-accel", "app.kubernetes.io/instance=kube-accel-mps")
     before["nodes"] = nodes(lab)

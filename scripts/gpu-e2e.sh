@@ -418,6 +418,9 @@ label_node() { # label_node POOL [PREVIOUS_POOL]: the pool's labels as the clust
   mapfile -t args < <(python3 -c 'import json,sys; [print(f"{k}={v}") for k, v in json.load(open(sys.argv[1]))["labels"].items()]' "$HERE/render/$1/node.json")
   kubectl label node "$NODE" --overwrite "${args[@]}"
 }
+hold_resource() { # hold_resource POOL: the resource its pods request (render.py's expect.json)
+  python3 -c 'import json,sys; print(next(iter(json.load(open(sys.argv[1]))["request"])))' "$HERE/render/$1/expect.json"
+}
 run_pool() {
   local pool=$1 dir=$OUT/pools/$1 r
   mkdir -p "$dir"
@@ -519,15 +522,75 @@ site_pool() { # site_pool POOL: kube-accel's own play for the node in POOL (the 
     python3 -m ansible.cli.playbook -i "$HERE/render/$1/inventory.yml" \
     "$E/site/collections/ansible_collections/kube_accel/gpu/ansible/site.yml" --tags "$tags" "${SITE_ARGS[@]}"
 }
+# --- 5. Day 2 on the real node: a tenant's running work while site.yml changes the node or changes nothing -------
+# A tenant's Deployment of one client in POOL, holding its share (cuda-probe --hold-s; without a GPU, the pause image
+# and no resource: the pod still runs on the pool's node, which is what the drain must move).
+hold_start() { # hold_start NAME POOL RESOURCE UID: until its pod runs; its pod's JSON on stdout's last line
+  local img=kube-accel.e2e/cuda-probe:1 args='["--hold-s", "3600"]' limits="{\"$3\": 1}"
+  [ "$NO_GPU" = 1 ] && img=kube-accel.e2e/pause:1 args='[]' limits='{}'
+  kubectl apply -f - <<EOF2 >&2
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: $1, namespace: $NS}
+spec:
+  replicas: 1
+  selector: {matchLabels: {kube-accel.e2e/hold: $1}}
+  template:
+    metadata: {labels: {kube-accel.e2e/hold: $1}}
+    spec:
+      runtimeClassName: nvidia
+      terminationGracePeriodSeconds: 5
+      nodeSelector: {kube-accel.io/pool: $2}
+      automountServiceAccountToken: false
+      securityContext: {runAsNonRoot: true, runAsUser: $4, seccompProfile: {type: RuntimeDefault}}
+      containers:
+        - name: client
+          image: $img
+          args: $args
+          resources: {limits: $limits}
+          securityContext: {allowPrivilegeEscalation: false, capabilities: {drop: [ALL]}}
+EOF2
+  wait_for 90 eval "[ \"\$(kubectl -n $NS get pods -l kube-accel.e2e/hold=$1 -o jsonpath='{.items[*].status.phase}')\" = Running ]" || return 1
+  kubectl -n "$NS" get pods -l "kube-accel.e2e/hold=$1" -o json
+}
+hold_state() { # hold_state NAME FILE: the Deployment's pods now
+  kubectl -n "$NS" get pods -l "kube-accel.e2e/hold=$1" -o json >"$2"
+}
+# Every half second: epoch|the node's pool label|unschedulable|the tenants' pods (uid:phase:deleting), for check.py
+# to show the order in which the node was cordoned, emptied and relabelled.
+timeline() {
+  local node pods
+  while :; do
+    node=$(kubectl get node "$NODE" -o jsonpath='{.metadata.labels.kube-accel\.io/pool}|{.spec.unschedulable}' 2>/dev/null)
+    pods=$(kubectl -n "$NS" get pods -l kube-accel.e2e/hold -o jsonpath='{range .items[*]}{.metadata.uid}:{.status.phase}:{.metadata.deletionTimestamp} {end}' 2>/dev/null)
+    echo "$(date +%s.%N)|$node|$pods"
+    sleep 0.5
+  done
+}
+[ "$SITE" = 1 ] && start timeline timeline
+# The tenants run as the verify Job does (uid 65534): an MPS server serves one user at a time.
+HOLD_UID=65534
+
 PREV=""
 for pool in $POOLS; do
   mkdir -p "$OUT/pools/$pool"
   APPLIED=0
+  if [ "$SITE" = 1 ] && [ -n "$PREV" ]; then
+    # The previous pool's tenant is running when site.yml moves the node: it must be gone before the node's labels
+    # change, and its replacement must not land in the new pool.
+    if step "hold-$PREV" 100 hold_start "hold-$PREV" "$PREV" "$(hold_resource "$PREV")" "$HOLD_UID"; then
+      sed -n '/^{/,/^}/p' "$OUT/logs/hold-$PREV.txt" >"$OUT/pools/$pool/hold-before.json"
+    fi
+  fi
   if [ "$SITE" = 1 ] && step "site-$pool" 200 site_pool "$pool"; then
     APPLIED=1
   else
     [ "$SITE" = 1 ] && note "site.yml failed for $pool: applying the rendered releases instead (the failure is a verdict)"
     step "label-$pool" 20 label_node "$pool" "$PREV"
+  fi
+  if [ -n "$PREV" ] && [ -f "$OUT/pools/$pool/hold-before.json" ]; then
+    hold_state "hold-$PREV" "$OUT/pools/$pool/hold-after.json"
+    kubectl -n "$NS" delete deployment "hold-$PREV" --wait=false >/dev/null
   fi
   PREV=$pool
   step "pool-$pool" 240 run_pool "$pool"
@@ -538,4 +601,18 @@ for pool in $POOLS; do
       >"$OUT/pools/$pool/delete.txt" 2>&1
   fi
 done
+# site.yml once more for the last pool, with nothing to change, while a tenant holds a share (an MPS client on the MPS
+# pool): nothing changed, nothing drained, no agent restarted (the MPS control daemon included), the tenant untouched.
+if [ "$SITE" = 1 ] && [ -n "$PREV" ] && [ "$APPLIED" = 1 ]; then
+  R=$OUT/rerun && mkdir -p "$R" && echo "$PREV" >"$R/pool"
+  if step "hold-again-$PREV" 100 hold_start "again-$PREV" "$PREV" "$(hold_resource "$PREV")" "$HOLD_UID"; then
+    sed -n '/^{/,/^}/p' "$OUT/logs/hold-again-$PREV.txt" >"$R/hold-before.json"
+    kubectl -n kube-accel get pods -o json >"$R/agents-before.json"
+    date +%s.%N >"$R/t0"
+    step "site-again-$PREV" 200 site_pool "$PREV"
+    date +%s.%N >"$R/t1"
+    kubectl -n kube-accel get pods -o json >"$R/agents-after.json"
+    hold_state "again-$PREV" "$R/hold-after.json"
+  fi
+fi
 record RESULT "see the verdicts below"

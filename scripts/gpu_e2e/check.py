@@ -13,6 +13,14 @@ Per pool (expect.json is what kube-accel promised, from its own code at bundle t
 Without a GPU (E2E_NO_GPU=1): the agents' DaemonSets rolled out on the real kubelet and the node advertises none.
 - site (where the bundle's Ansible ran): ``ansible-playbook site.yml`` (preflight, cluster and, with a GPU, verify
   with its CUDA Jobs) ended with rc 0 and no failed task; its verify table is quoted.
+Day 2 (where the bundle's Ansible ran), from the tenants' pods and logs/timeline.log (the node's pool label, its
+cordon and the tenants' pods, polled every half second by the real API server):
+- switch: the previous pool's tenant (a running Deployment's pod holding its share) was seen on the node, the node was
+  cordoned and the pod gone before the node's pool label changed (never both at once), site.yml ran the drain
+  before the relabelling and the uncordon after it, and the Deployment's next pod was not placed in the new pool;
+- rerun: site.yml once more with nothing to change while a tenant holds a share of the last pool (an MPS client):
+  changed=0, the node never cordoned, every agent (the MPS control daemon too) the same pod with no restart, the
+  tenant's pod the same and running.
 
 Usage: check.py OUTDIR
 """
@@ -156,16 +164,23 @@ def check_pool(v: Verdicts, out: Path, pool: str, gpus: list[dict], no_gpu: bool
         check_tenant(v, d, pool, f"{REAL}, NVIDIA runtime with kube-accel's config")
 
 
+RECAP = re.compile(r"^(\S+)\s+:\s+ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", re.M)
+
+
+def verify_row(text: str, pool: str) -> re.Match | None:
+    """The verify summary's row of this pool: pool, mode, nodes, labels, daemonset, allocatable, job..., result."""
+    return re.search(rf"^\s*-\s+'?({re.escape(pool)}\s+\S+\s+\d+\s+.*?\s(PASS|FAIL))'?\s*$", text, re.M)
+
+
 def check_site(v: Verdicts, out: Path, pool: str, no_gpu: bool) -> None:
     log = out / "logs" / f"site-{pool}.txt"
     if not log.exists():
         return  # this run applied the rendered releases (E2E_SITE=0 or a bundle without Ansible)
     text = log.read_text()
     rc = step_rc(out, f"site-{pool}")
-    recap = re.findall(r"^(\S+)\s+:\s+ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", text, re.M)
+    recap = RECAP.findall(text)
     bad = [h for h, _, _, unreachable, failed in recap if int(unreachable) or int(failed)]
-    # The verify summary's row of this pool: pool, mode, nodes, labels, daemonset, allocatable, job..., result.
-    row = re.search(rf"^\s*-\s+'?({re.escape(pool)}\s+\S+\s+\d+\s+.*?\s(PASS|FAIL))'?\s*$", text, re.M)
+    row = verify_row(text, pool)
     verified = no_gpu or bool(row and row.group(2) == "PASS")
     plays = "preflight, cluster" + ("" if no_gpu else ", verify (a CUDA Job in the pool)")
     v.add(rc == 0 and bool(recap) and not bad and verified, pool, "site",
@@ -173,6 +188,117 @@ def check_site(v: Verdicts, out: Path, pool: str, no_gpu: bool) -> None:
           + "; ".join(f"{h} ok={ok} changed={ch} failed={f}" for h, ok, ch, _, f in recap)
           + ("" if no_gpu else "; verify: " + (" ".join(row.group(1).split()) if row else "no row for the pool")),
           "kube-accel's play, real kubelet" + ("" if no_gpu else ", real GPU"))
+
+
+POOL_LABEL = "kube-accel.io/pool"
+# The cluster play's tasks that move a node, in the order they must run (names from roles/pool_labels and
+# roles/release_cleanup, ansible/site.yml).
+SWITCH_TASKS = ("Drain the node", "Reconcile the labels and taints", "Uncordon the node")
+
+
+def timeline(out: Path) -> list[tuple[float, str, bool, dict[str, str]]]:
+    """logs/timeline.log as (epoch, the node's pool label, cordoned, {tenant pod uid: phase[ deleting]})."""
+    rows = []
+    path = out / "logs" / "timeline.log"
+    for line in path.read_text(errors="replace").splitlines() if path.exists() else []:
+        parts = line.split("|")
+        if len(parts) != 4:
+            continue
+        with contextlib.suppress(ValueError):
+            pods = {}
+            for item in parts[3].split():
+                uid, _, rest = item.partition(":")
+                phase, _, deleting = rest.partition(":")
+                pods[uid] = phase + (" deleting" if deleting else "")
+            rows.append((float(parts[0]), parts[1], parts[2] == "true", pods))
+    return rows
+
+
+def pods_of(path: Path) -> list[dict]:
+    return (load(path) or {}).get("items") or []
+
+
+def check_switch(v: Verdicts, out: Path, pool: str, rows: list) -> None:
+    """The previous pool's running tenant left the node before the node joined POOL."""
+    d = out / "pools" / pool
+    before = pods_of(d / "hold-before.json")
+    if not (d / "hold-before.json").exists():
+        return  # the first pool, or a run without site.yml: no switch
+    pod = before[0] if before else {}
+    uid = (pod.get("metadata") or {}).get("uid")
+    prev = ((pod.get("spec") or {}).get("nodeSelector") or {}).get(POOL_LABEL)
+    seen = [t for t, label, _, pods in rows if uid in pods and label == prev]
+    # From the tenant's first sample on (the node may still be cordoned from the switch into the previous pool).
+    rows = [row for row in rows if seen and row[0] >= seen[0]]
+    joined = [t for t, label, _, _ in rows if label == pool]
+    overlap = [t for t, label, _, pods in rows if uid in pods and label == pool]
+    cordoned = [t for t, label, cordon, _ in rows if cordon and label == prev]
+    emptied = [t for t, label, cordon, pods in rows if cordon and label == prev and uid not in pods]
+    after = pods_of(d / "hold-after.json")
+    still = [p for p in after if p["metadata"]["uid"] == uid]
+    placed = [p["metadata"]["name"] for p in after
+              if p["metadata"]["uid"] != uid and (p.get("spec") or {}).get("nodeName")]
+    text = (out / "logs" / f"site-{pool}.txt").read_text() if (out / "logs" / f"site-{pool}.txt").exists() else ""
+    at = [text.find(task) for task in SWITCH_TASKS]
+    ordered = -1 not in at and at == sorted(at)
+    back = [t for t, label, cordon, _ in rows if label == pool and not cordon and joined and t > joined[0]]
+    t0 = seen[0] if seen else None
+
+    def rel(ts: list[float]) -> str:  # seconds after the tenant was first seen
+        return f"{ts[0] - t0:+.1f}s" if ts and t0 else "never"
+
+    ok = (bool(uid) and bool(seen) and bool(joined) and not overlap and bool(cordoned) and cordoned[0] < joined[0]
+          and not still and not placed and ordered and bool(back))
+    v.add(ok, pool, "switch",
+          f"{prev} tenant {pod.get('metadata', {}).get('name', 'absent')} running; node cordoned {rel(cordoned)}, "
+          f"emptied {rel(emptied)}, labelled {pool} {rel(joined)}; tenant on a node labelled {pool}: "
+          f"{len(overlap)} sample(s); site.yml {' < '.join(SWITCH_TASKS)}: {'yes' if ordered else 'NO'}; "
+          f"its next pod placed: {placed or 'no (Pending)'}; uncordoned {rel(back)}",
+          "real kubelet and API server, kube-accel's play; timeline polled every 0.5 s")
+
+
+def check_rerun(v: Verdicts, out: Path, rows: list, no_gpu: bool) -> None:
+    """site.yml again with nothing to change: no change, no cordon, no agent or tenant restarted."""
+    r = out / "rerun"
+    if not (r / "pool").exists():
+        return
+    pool = (r / "pool").read_text().strip()
+    name = f"site-again-{pool}"
+    text = (out / "logs" / f"{name}.txt").read_text() if (out / "logs" / f"{name}.txt").exists() else ""
+    rc = step_rc(out, name)
+    recap = RECAP.findall(text)
+    changed = {h: int(c) for h, _, c, _, _ in recap}
+    failed = [h for h, _, _, u, f in recap if int(u) or int(f)]
+
+    def pods(path: Path) -> dict[str, tuple[str, int]]:
+        """{pod: (uid, restarts)}; without a GPU the agents exit at NVML and restart on their own: uid only."""
+        return {p["metadata"]["name"]: (p["metadata"]["uid"], 0 if no_gpu else sum(c.get("restartCount", 0) for c in
+                (p.get("status") or {}).get("containerStatuses") or [])) for p in pods_of(path)}
+
+    agents_before, agents_after = pods(r / "agents-before.json"), pods(r / "agents-after.json")
+    hold_before, hold_after = pods(r / "hold-before.json"), pods(r / "hold-after.json")
+    phases = {p["metadata"]["name"]: (p.get("status") or {}).get("phase") for p in pods_of(r / "hold-after.json")}
+    window = [0.0, 0.0]
+    for i, f in enumerate(("t0", "t1")):
+        with contextlib.suppress(OSError, ValueError):
+            window[i] = float((r / f).read_text())
+    during = [row for row in rows if window[0] <= row[0] <= window[1]]
+    cordoned = [row[0] for row in during if row[2]]
+    row = verify_row(text, pool)
+    verified = no_gpu or bool(row and row.group(2) == "PASS")
+    daemons = sorted(n for n in agents_before if "mps-control-daemon" in n)
+    ok = (rc == 0 and bool(recap) and not any(changed.values()) and not failed and bool(agents_before)
+          and agents_after == agents_before and bool(hold_before) and hold_after == hold_before
+          and set(phases.values()) == {"Running"} and bool(during) and not cordoned and verified)
+    v.add(ok, pool, "rerun",
+          f"site.yml again, a tenant holding a share: rc={rc}; "
+          + "; ".join(f"{h} changed={c}" for h, c in changed.items())
+          + f"; cordoned in {len(during)} samples: {len(cordoned)}; agents unchanged (same pods"
+          + (")" if no_gpu else ", no restart)") + ": "
+          + f"{agents_after == agents_before} ({len(agents_before)}, MPS control daemon {daemons or 'none'}); "
+          + f"tenant unchanged and running: {hold_after == hold_before and set(phases.values()) == {'Running'}}"
+          + ("" if no_gpu else "; verify: " + (" ".join(row.group(1).split()) if row else "no row for the pool")),
+          "real kubelet and API server, kube-accel's play" + ("" if no_gpu else ", real GPU"))
 
 
 def check_tenant(v: Verdicts, d: Path, pool: str, evidence: str) -> None:
@@ -236,9 +362,12 @@ def main() -> None:
     pools = [p.name for p in sorted((out / "pools").iterdir())] if (out / "pools").exists() else []
     if not pools:
         v.add(False, "cluster", "pools", "no pool ran", "gpu-e2e.sh")
+    rows = timeline(out)
     for pool in pools:
         check_site(v, out, pool, no_gpu)
+        check_switch(v, out, pool, rows)
         check_pool(v, out, pool, gpus, no_gpu)
+    check_rerun(v, out, rows, no_gpu)
     print("\n".join(v.lines))
     print(f"RESULT {'FAIL' if v.failed else 'PASS'} ({'no GPU: ' if no_gpu else ''}{len(v.lines)} checks)")
 

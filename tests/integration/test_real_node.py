@@ -76,6 +76,13 @@ def test_site_yml_ran_each_pool_and_switched_the_node(run):
                                           "Uninstall the releases no pool or setting needs", "Uncordon the node")]
     assert order == sorted(order), order
     assert "kube-accel-pgpu" in log[log.index("Uninstall the releases no pool"):]
+    # A running tenant of the previous pool (the pause image: no GPU here) was gone before the node was relabelled.
+    for pool in ("timeslice", "mps"):
+        switch = next(line for line in lines if f" {pool} switch:" in line)
+        assert switch.startswith("PASS"), switch
+    # site.yml once more, nothing to change, a tenant running: no change, no cordon, no agent restarted.
+    rerun = next(line for line in lines if " mps rerun:" in line)
+    assert rerun.startswith("PASS") and "MPS control daemon ['" in rerun, rerun
     # No pool fell back to the releases rendered at bundle time: site.yml installed every one.
     assert "applying the rendered releases instead" not in (out / "run.log").read_text()
 

@@ -228,3 +228,100 @@ def test_site_skipped_for_another_python_is_a_failure(tmp_path, capsys, monkeypa
     lines = run_check(out, capsys, monkeypatch)
     assert "FAIL cluster site: SKIPPED: the bundle's Ansible is for Python 3.11" in "\n".join(lines)
     assert lines[-1].startswith("RESULT FAIL")
+
+
+def day2_run(out: Path, gpu: bool = True) -> None:
+    """What gpu-e2e.sh records for day 2 (shapes of kubectl's JSON and its timeline.log): pgpu -> timeslice with a pgpu
+    tenant running, then site.yml once more on the timeslice pool with a tenant holding a share (with a GPU, its
+    verify row too)."""
+    def pod(name, uid, pool, node=None, phase="Running", restarts=0):
+        return {"metadata": {"name": name, "uid": uid}, "spec": {"nodeSelector": {check.POOL_LABEL: pool},
+                                                                 **({"nodeName": node} if node else {})},
+                "status": {"phase": phase, "containerStatuses": [{"name": "client", "restartCount": restarts}]}}
+
+    sw = out / "pools" / "timeslice"
+    write(sw / "hold-before.json", {"items": [pod("hold-pgpu-a", "u1", "pgpu", "gpu-e2e-node")]})
+    write(sw / "hold-after.json", {"items": [pod("hold-pgpu-b", "u2", "pgpu", phase="Pending")]})
+    recap = "gpu-e2e-node               : ok=30   changed={}    unreachable=0    failed=0\n"
+    write(out / "logs" / "site-timeslice.txt", "TASK [kube_accel.gpu.node_reboot : Drain the node]\n"
+          "TASK [kube_accel.gpu.pool_labels : Reconcile the labels and taints of every pool's nodes]\n"
+          "TASK [kube_accel.gpu.node_reboot : Uncordon the node if kube-accel cordoned it]\n" + recap.format(8)
+          + "rc=0\n")
+    rows = ["100.0|pgpu||u1:Running: ", "101.0|pgpu|true|u1:Running: ", "102.0|pgpu|true|u1:Running:2026 ",
+            "108.0|pgpu|true|", "110.0|timeslice|true|u2:Pending: ", "112.0|timeslice||u2:Pending: ",
+            "200.0|timeslice||u3:Running: ", "230.0|timeslice||u3:Running: "]
+    rr = out / "rerun"
+    write(rr / "pool", "timeslice\n")
+    write(rr / "t0", "199.5")
+    write(rr / "t1", "240.0")
+    agents = {"items": [pod("kube-accel-timeslice-device-plugin-x", "a1", "timeslice", "gpu-e2e-node")]}
+    write(rr / "agents-before.json", agents)
+    write(rr / "agents-after.json", agents)
+    hold = {"items": [pod("again-timeslice-a", "u3", "timeslice", "gpu-e2e-node")]}
+    write(rr / "hold-before.json", hold)
+    write(rr / "hold-after.json", hold)
+    row = "    - '{}  timeslice  1  ok  ok  ok  completed on gpu-e2e-node  PASS'\n".format("timeslice")
+    write(out / "logs" / "site-again-timeslice.txt", (row if gpu else "") + recap.format(0) + "rc=0\n")
+    if gpu:
+        write(out / "host-gpus.csv", f"0, {UUID}, NVIDIA H100 80GB HBM3, 81559, 580.159.04, Default, Disabled\n")
+    write(out / "logs" / "timeline.log", "\n".join(rows) + "\n")
+
+
+def day2_lines(out: Path, capsys, monkeypatch) -> dict[str, str]:
+    lines = run_check(out, capsys, monkeypatch)
+    return {check_name: next(line for line in lines if f" timeslice {check_name}:" in line)
+            for check_name in ("switch", "rerun")}
+
+
+@pytest.mark.parametrize("gpu", [True, False])
+def test_day2_switch_and_rerun_pass(tmp_path, capsys, monkeypatch, gpu):
+    day2_run(tmp_path, gpu)
+    got = day2_lines(tmp_path, capsys, monkeypatch)
+    assert got["switch"].startswith("PASS") and "cordoned +1.0s, emptied +8.0s, labelled timeslice +10.0s" in \
+        got["switch"], got
+    assert got["rerun"].startswith("PASS") and "changed=0" in got["rerun"], got
+    assert ("verify: timeslice timeslice 1 ok ok ok completed on gpu-e2e-node PASS" in got["rerun"]) is gpu, got
+
+
+DAY2_BREAKS = {
+    # the old pool's tenant still ran when the node was already labelled for the new pool
+    "switch": lambda out: (out / "logs" / "timeline.log").write_text(
+        (out / "logs" / "timeline.log").read_text().replace("108.0|pgpu|true|", "109.0|timeslice|true|u1:Running: ")),
+    # the node was never cordoned: pods were placed while it switched
+    "switch ": lambda out: (out / "logs" / "timeline.log").write_text(
+        (out / "logs" / "timeline.log").read_text().replace("|pgpu|true|", "|pgpu||")),
+    # the Deployment's next pod landed in the new pool
+    "switch  ": lambda out: write(out / "pools" / "timeslice" / "hold-after.json", {"items": [
+        {"metadata": {"name": "hold-pgpu-b", "uid": "u2"}, "spec": {"nodeName": "gpu-e2e-node"}}]}),
+    # the relabelling ran before the drain
+    "switch   ": lambda out: write(out / "logs" / "site-timeslice.txt", "TASK [x : Reconcile the labels and taints]\n"
+                                   "TASK [x : Drain the node]\nTASK [x : Uncordon the node]\nrc=0\n"),
+    # the second run changed something
+    "rerun": lambda out: write(out / "logs" / "site-again-timeslice.txt",
+                               "gpu-e2e-node : ok=30 changed=1 unreachable=0 failed=0\nrc=0\n"),
+    # the device plugin's container was restarted during the second run (with a GPU it never exits on its own)
+    "rerun ": lambda out: write(out / "rerun" / "agents-after.json", {"items": [
+        {"metadata": {"name": "kube-accel-timeslice-device-plugin-x", "uid": "a1"},
+         "status": {"containerStatuses": [{"restartCount": 1}]}}]}),
+    # the verify Job failed beside the tenant
+    "rerun    ": lambda out: (out / "logs" / "site-again-timeslice.txt").write_text(
+        (out / "logs" / "site-again-timeslice.txt").read_text().replace("completed on gpu-e2e-node  PASS",
+                                                                         "failed on gpu-e2e-node  FAIL")),
+    # the tenant's pod was replaced
+    "rerun  ": lambda out: write(out / "rerun" / "hold-after.json", {"items": [
+        {"metadata": {"name": "again-timeslice-b", "uid": "u4"}, "status": {"phase": "Running"}}]}),
+    # the node was cordoned during the second run
+    "rerun   ": lambda out: (out / "logs" / "timeline.log").write_text(
+        (out / "logs" / "timeline.log").read_text().replace("230.0|timeslice||", "230.0|timeslice|true|")),
+}
+
+
+@pytest.mark.parametrize("case", sorted(DAY2_BREAKS))
+def test_day2_breaks_fail(tmp_path, capsys, monkeypatch, case):
+    day2_run(tmp_path)
+    DAY2_BREAKS[case](tmp_path)
+    got = day2_lines(tmp_path, capsys, monkeypatch)
+    name = case.strip()
+    assert got[name].startswith("FAIL"), got
+    other = "rerun" if name == "switch" else "switch"
+    assert got[other].startswith("PASS"), got

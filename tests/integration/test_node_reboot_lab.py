@@ -21,7 +21,10 @@ NODE = "lab-mig-0"
 NAMESPACE = "node-reboot-test"
 
 
-def run_step(lab, step: str, tmp_path: Path) -> subprocess.CompletedProcess:
+def run_step(lab, step: str, tmp_path: Path, **extra) -> subprocess.CompletedProcess:
+    """node_reboot's STEP on NODE; EXTRA replaces the role variables below (None: the role's default)."""
+    variables = {"node_reboot_node_name": NODE, "node_reboot_kubeconfig": str(lab.kubeconfig),
+                 "node_reboot_drain_timeout": 90, "node_reboot_grace_period": 0, **extra}
     book = [
         {
             "name": f"node_reboot {step}",
@@ -32,12 +35,7 @@ def run_step(lab, step: str, tmp_path: Path) -> subprocess.CompletedProcess:
                 {
                     "name": f"Include node_reboot {step}",
                     "ansible.builtin.include_role": {"name": "kube_accel.gpu.node_reboot", "tasks_from": step},
-                    "vars": {
-                        "node_reboot_node_name": NODE,
-                        "node_reboot_kubeconfig": str(lab.kubeconfig),
-                        "node_reboot_drain_timeout": 90,
-                        "node_reboot_grace_period": 0,
-                    },
+                    "vars": {k: v for k, v in variables.items() if v is not None},
                 }
             ],
         }
@@ -55,6 +53,11 @@ def core(lab):
 @pytest.fixture
 def pinned_pod(lab, core):
     """A Deployment's pod on NODE, tolerating the node's own taints (but not the cordon)."""
+    yield from pinned(lab, core, {"terminationGracePeriodSeconds": 0})
+
+
+def pinned(lab, core, spec: dict, metadata: dict | None = None):
+    """Yield the name of a running pod of a one-replica Deployment on NODE; SPEC and METADATA go into its template."""
     from kubernetes import client, config
 
     apps = client.AppsV1Api(config.new_client_from_config(str(lab.kubeconfig)))
@@ -75,12 +78,12 @@ def pinned_pod(lab, core):
                 "replicas": 1,
                 "selector": {"matchLabels": labels},
                 "template": {
-                    "metadata": {"labels": labels},
+                    "metadata": {"labels": labels, **(metadata or {})},
                     "spec": {
                         "nodeSelector": {"kubernetes.io/hostname": NODE},
                         "tolerations": tolerations,
-                        "terminationGracePeriodSeconds": 0,
                         "containers": [{"name": "app", "image": "registry.invalid/pause:1"}],
+                        **spec,
                     },
                 },
             },
@@ -99,7 +102,8 @@ def pinned_pod(lab, core):
         yield running[0].metadata.name
     finally:
         lab.kubectl_run("uncordon", NODE, check=False)
-        core.delete_namespace(NAMESPACE)
+        # Gone before the next test creates it again.
+        lab.kubectl_run("delete", "namespace", NAMESPACE, "--wait=true", "--timeout=90s", check=False)
 
 
 def test_drain_then_uncordon(lab, core, pinned_pod, tmp_path):
@@ -140,3 +144,47 @@ def test_decide_defers_without_touching_the_node(lab, core, tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "REBOOT DEFERRED on localhost" in proc.stdout
     assert not core.read_node(NODE).spec.unschedulable
+
+
+FINALIZER = "kube-accel.test/see-the-deletion"
+
+
+def test_drain_gives_each_pod_its_own_grace_period(lab, core, tmp_path):
+    """The careless default this replaces: the drain deleted every pod with a 300 s grace period, whatever the pod
+    asked for. On a real H200 node (gpu-e2e, 2026-11-27) a CUDA tenant that ignores SIGTERM (PID 1) and asked for 5 s
+    held the pool switch for 5 minutes. Here a finalizer keeps the evicted pod visible, so the grace period the API
+    server recorded for its deletion can be read (kwok's node would otherwise remove it at once); a thread removes the
+    finalizer so the drain can finish."""
+    import threading
+
+    seen: dict[str, int | None] = {}
+    gen = pinned(lab, core, {"terminationGracePeriodSeconds": 7}, {"finalizers": [FINALIZER]})
+    name = next(gen)
+    stop = threading.Event()
+
+    def release() -> None:
+        # A watch, not polling: kwok's node deletes the pod again with grace 0 within milliseconds (the recorded
+        # period only ever shortens), so only the first event with a deletion timestamp shows the drain's.
+        from kubernetes import watch
+
+        for event in watch.Watch().stream(core.list_namespaced_pod, NAMESPACE, field_selector=f"metadata.name={name}",
+                                          timeout_seconds=60):
+            meta = event["object"].metadata
+            if stop.is_set() or meta.deletion_timestamp is not None:
+                seen["grace"] = meta.deletion_grace_period_seconds
+                core.patch_namespaced_pod(name, NAMESPACE, {"metadata": {"finalizers": None}})
+                return
+
+    thread = threading.Thread(target=release, daemon=True)
+    thread.start()
+    try:
+        proc = run_step(lab, "drain", tmp_path, node_reboot_grace_period=None)  # the role's default
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        thread.join(timeout=30)
+        assert seen == {"grace": 7}, seen
+    finally:
+        stop.set()
+        for pod in core.list_namespaced_pod(NAMESPACE).items:
+            if pod.metadata.finalizers:
+                core.patch_namespaced_pod(pod.metadata.name, NAMESPACE, {"metadata": {"finalizers": None}})
+        next(gen, None)

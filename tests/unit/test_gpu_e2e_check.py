@@ -325,3 +325,25 @@ def test_day2_breaks_fail(tmp_path, capsys, monkeypatch, case):
     assert got[name].startswith("FAIL"), got
     other = "rerun" if name == "switch" else "switch"
     assert got[other].startswith("PASS"), got
+
+
+def test_recorded_h200_drain_held_by_the_grace_period(tmp_path, capsys, monkeypatch):
+    """The day-2 run on a real node (H200, driver 580.159.04, 2026-11-27; records in tests/data/gpu-e2e): a CUDA tenant
+    of the pgpu pool (a Deployment, terminationGracePeriodSeconds 5, cuda-probe as PID 1, which ignores SIGTERM) was
+    running when site.yml moved the node to the timeslice pool. The drain evicted it with a 300 s grace period (the
+    kubelet log says so), so it never left within site.yml's time and the switch verdict fails: cordoned, never
+    emptied, never relabelled. node_reboot now leaves each pod its own grace period
+    (tests/integration/test_node_reboot_lab.py reads the one the API server records)."""
+    import tarfile
+
+    with tarfile.open(REPO / "tests" / "data" / "gpu-e2e" / "h200-2026-11-27-day2-drain-hold.tar.xz") as tar:
+        tar.extractall(tmp_path, filter="data")
+    out = tmp_path / "e2e-out"
+    lines = run_check(out, capsys, monkeypatch)
+    switch = next(line for line in lines if " timeslice switch:" in line)
+    assert switch.startswith("FAIL") and "emptied never, labelled timeslice never" in switch, switch
+    assert any(line.startswith("PASS pgpu share:") and "real GPU" in line for line in lines)
+    kubelet = (out / "logs" / "kubelet.log").read_text()
+    tenant = [line for line in kubelet.splitlines() if "Killing container" in line and "hold-pgpu-" in line]
+    assert tenant and all("gracePeriod=300" in line for line in tenant), tenant
+    assert "TIMED OUT" in (out / "logs" / "site-timeslice.txt").read_text()

@@ -9,6 +9,9 @@
 # render.py rendered at bundle time are applied directly, so the pool is still checked (the failure is a verdict).
 # The hosts play is not run: this script owns containerd and the kubelet (started by PID, on a machine whose init may
 # not be systemd); the host side is kube-accel's modules, as Ansible ships them, above.
+# Day 2, with site.yml: each switch happens while a tenant of the previous pool holds its share (it must leave before
+# the node is relabelled: logs/timeline.log), and the last pool gets site.yml once more, with a tenant running, which
+# must change, drain and restart nothing.
 # check.py turns what was seen into the verdicts (OUTDIR/summary.txt). Everything it started is stopped by PID.
 #
 # Usage (root): bash gpu-e2e.sh OUTDIR   (from the bundle folder `make gpu-bundle` writes: build/gpu-bundle)
@@ -525,7 +528,7 @@ site_pool() { # site_pool POOL: kube-accel's own play for the node in POOL (the 
 # --- 5. Day 2 on the real node: a tenant's running work while site.yml changes the node or changes nothing -------
 # A tenant's Deployment of one client in POOL, holding its share (cuda-probe --hold-s; without a GPU, the pause image
 # and no resource: the pod still runs on the pool's node, which is what the drain must move).
-hold_start() { # hold_start NAME POOL RESOURCE UID: until its pod runs; its pod's JSON on stdout's last line
+hold_start() { # hold_start NAME POOL RESOURCE UID: until its pod runs; then its pods' JSON on stdout
   local img=kube-accel.e2e/cuda-probe:1 args='["--hold-s", "3600"]' limits="{\"$3\": 1}"
   [ "$NO_GPU" = 1 ] && img=kube-accel.e2e/pause:1 args='[]' limits='{}'
   kubectl apply -f - <<EOF2 >&2

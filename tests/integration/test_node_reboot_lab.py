@@ -188,3 +188,108 @@ def test_drain_gives_each_pod_its_own_grace_period(lab, core, tmp_path):
             if pod.metadata.finalizers:
                 core.patch_namespaced_pod(pod.metadata.name, NAMESPACE, {"metadata": {"finalizers": None}})
         next(gen, None)
+
+
+def running_pods(core, selector: str) -> list:
+    return [p for p in core.list_namespaced_pod(NAMESPACE, label_selector=selector).items
+            if p.spec.node_name == NODE and p.status.phase == "Running" and p.metadata.deletion_timestamp is None]
+
+
+def test_drain_leaves_daemonset_pods_with_emptydir_data(lab, core, tmp_path):
+    """kubernetes.core.k8s_drain, which node_reboot used, deletes a DaemonSet's pod when it has an emptyDir volume
+    (kubernetes.core#622): on a real H200 node (2026-11-27) every drain also killed kube-accel's own device plugin.
+    accel_node_drain decides as kubectl drain does: the Deployment's pod is evicted, the DaemonSet's stays."""
+    from kubernetes import client, config
+
+    apps = client.AppsV1Api(config.new_client_from_config(str(lab.kubeconfig)))
+    gen = pinned(lab, core, {"terminationGracePeriodSeconds": 0})
+    evicted = next(gen)
+    try:
+        tolerations = [{"operator": "Exists"}]
+        labels = {"app": "node-agent"}
+        apps.create_namespaced_daemon_set(NAMESPACE, {
+            "metadata": {"name": "node-agent"},
+            "spec": {"selector": {"matchLabels": labels}, "template": {"metadata": {"labels": labels}, "spec": {
+                "nodeSelector": {"kubernetes.io/hostname": NODE}, "tolerations": tolerations,
+                "volumes": [{"name": "scratch", "emptyDir": {}}],
+                "containers": [{"name": "agent", "image": "registry.invalid/agent:1",
+                                "volumeMounts": [{"name": "scratch", "mountPath": "/scratch"}]}]}}}})
+        deadline = time.monotonic() + 60
+        while not (agents := running_pods(core, "app=node-agent")) and time.monotonic() < deadline:
+            time.sleep(1)
+        assert agents, f"the DaemonSet's pod never ran on {NODE}"
+        proc = run_step(lab, "drain", tmp_path)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        assert [p.metadata.uid for p in running_pods(core, "app=node-agent")] == [agents[0].metadata.uid]
+        assert evicted not in [p.metadata.name for p in running_pods(core, "app=node-reboot-test")]
+    finally:
+        next(gen, None)
+
+
+def test_drain_refused_by_a_disruption_budget_fails_naming_the_pod(lab, core, tmp_path):
+    """A PodDisruptionBudget that allows no disruption: the eviction is refused (429) and asked again until the
+    drain's time runs out; then the task fails, naming the pod, which still runs."""
+    from kubernetes import client, config
+
+    policy = client.PolicyV1Api(config.new_client_from_config(str(lab.kubeconfig)))
+    gen = pinned(lab, core, {"terminationGracePeriodSeconds": 0})
+    name = next(gen)
+    try:
+        policy.create_namespaced_pod_disruption_budget(NAMESPACE, {
+            "metadata": {"name": "keep-one"},
+            "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "node-reboot-test"}}}})
+        deadline = time.monotonic() + 30  # the budget controller must see the pod before it refuses
+        while time.monotonic() < deadline:
+            status = policy.read_namespaced_pod_disruption_budget("keep-one", NAMESPACE).status
+            if status and status.observed_generation and status.current_healthy == 1:
+                break
+            time.sleep(1)
+        proc = run_step(lab, "drain", tmp_path, node_reboot_drain_timeout=12, node_reboot_drain_retries=0)
+        assert proc.returncode != 0
+        assert "PodDisruptionBudget" in proc.stdout and f"{NAMESPACE}/{name}" in proc.stdout, proc.stdout[-3000:]
+        assert [p.metadata.name for p in running_pods(core, "app=node-reboot-test")] == [name]
+    finally:
+        next(gen, None)
+
+
+def test_drain_replaces_out_of_date_on_delete_daemon_pods(lab, core, tmp_path):
+    """kube-accel's MPS control daemon updates OnDelete, so that no upgrade quits the MPS server under running
+    clients. A drained node is when its pod can take the new template: the drain replaces the pod of an OnDelete
+    DaemonSet whose template changed, and leaves one whose template did not."""
+    from kubernetes import client, config
+
+    apps = client.AppsV1Api(config.new_client_from_config(str(lab.kubeconfig)))
+    gen = pinned(lab, core, {"terminationGracePeriodSeconds": 0})
+    next(gen)
+    try:
+        for name in ("stale-daemon", "current-daemon"):
+            apps.create_namespaced_daemon_set(NAMESPACE, {
+                "metadata": {"name": name},
+                "spec": {"selector": {"matchLabels": {"app": name}}, "updateStrategy": {"type": "OnDelete"},
+                         "template": {"metadata": {"labels": {"app": name}}, "spec": {
+                             "nodeSelector": {"kubernetes.io/hostname": NODE}, "tolerations": [{"operator": "Exists"}],
+                             "terminationGracePeriodSeconds": 0,
+                             "containers": [{"name": "d", "image": "registry.invalid/daemon:1"}]}}}})
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not (running_pods(core, "app=stale-daemon")
+                                                   and running_pods(core, "app=current-daemon")):
+            time.sleep(1)
+        stale = running_pods(core, "app=stale-daemon")[0]
+        current = running_pods(core, "app=current-daemon")[0]
+        # A new template for one of them: OnDelete leaves its pod as it was.
+        apps.patch_namespaced_daemon_set("stale-daemon", NAMESPACE, {"spec": {"template": {"metadata": {
+            "annotations": {"kube-accel.test/config": "2"}}}}})
+        time.sleep(3)
+        assert [p.metadata.uid for p in running_pods(core, "app=stale-daemon")] == [stale.metadata.uid]
+
+        proc = run_step(lab, "drain", tmp_path)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not running_pods(core, "app=stale-daemon"):
+            time.sleep(1)
+        (new,) = running_pods(core, "app=stale-daemon")
+        assert new.metadata.uid != stale.metadata.uid
+        assert new.metadata.annotations.get("kube-accel.test/config") == "2"
+        assert [p.metadata.uid for p in running_pods(core, "app=current-daemon")] == [current.metadata.uid]
+    finally:
+        next(gen, None)

@@ -10,6 +10,9 @@ from tests/data/nvml). What must hold here:
 
 - site.yml, with the bundle's Ansible and collections only, passes its preflight on the node, labels it, installs the
   pool's release, and switches the node from one pool to the next (cordon, drain, relabel, the old release removed);
+- day 2: a running tenant of the previous pool (a Deployment's pod, the pause image) is gone before the node is
+  relabelled, and its replacement is not placed in the new pool; site.yml once more, with a tenant running, changes
+  nothing, never cordons the node and replaces no agent pod;
 
 - the node registers and is Ready; every release's DaemonSets roll out on it (image, RuntimeClass handler, mounts,
   service account and the API server through the kubernetes Service address, config-manager);

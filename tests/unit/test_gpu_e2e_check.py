@@ -333,7 +333,8 @@ def test_recorded_h200_drain_held_by_the_grace_period(tmp_path, capsys, monkeypa
     running when site.yml moved the node to the timeslice pool. The drain evicted it with a 300 s grace period (the
     kubelet log says so), so it never left within site.yml's time and the switch verdict fails: cordoned, never
     emptied, never relabelled. node_reboot now leaves each pod its own grace period
-    (tests/integration/test_node_reboot_lab.py reads the one the API server records)."""
+    (tests/integration/test_node_reboot_lab.py reads the one the API server records), and drains with
+    accel_node_drain."""
     import tarfile
 
     with tarfile.open(REPO / "tests" / "data" / "gpu-e2e" / "h200-2026-11-27-day2-drain-hold.tar.xz") as tar:
@@ -346,4 +347,9 @@ def test_recorded_h200_drain_held_by_the_grace_period(tmp_path, capsys, monkeypa
     kubelet = (out / "logs" / "kubelet.log").read_text()
     tenant = [line for line in kubelet.splitlines() if "Killing container" in line and "hold-pgpu-" in line]
     assert tenant and all("gracePeriod=300" in line for line in tenant), tenant
+    # The same drain deleted kube-accel's own device-plugin pod (a DaemonSet pod with an emptyDir volume: the 300 s
+    # is the drain's, kubernetes.core#622); accel_node_drain leaves DaemonSet pods alone.
+    plugin = [line for line in kubelet.splitlines() if "Killing container" in line
+              and "kube-accel-pgpu-device-plugin-" in line and "gracePeriod=300" in line]
+    assert plugin, "the drain's deletion of the device-plugin pod is in the kubelet log"
     assert "TIMED OUT" in (out / "logs" / "site-timeslice.txt").read_text()

@@ -43,8 +43,13 @@ def load(path: Path):
         return None
 
 
+def read(path: Path, errors: str = "strict") -> str:
+    """A recorded file's text; empty when the run did not write it."""
+    return path.read_text(errors=errors) if path.exists() else ""
+
+
 def step_rc(out: Path, name: str) -> int | None:
-    text = (out / "logs" / f"{name}.txt").read_text() if (out / "logs" / f"{name}.txt").exists() else ""
+    text = read(out / "logs" / f"{name}.txt")
     m = re.search(r"^rc=(\d+)$", text, re.M)
     return int(m.group(1)) if m else None
 
@@ -52,7 +57,7 @@ def step_rc(out: Path, name: str) -> int | None:
 def host_gpus(out: Path) -> list[dict]:
     gpus = []
     path = out / "host-gpus.csv"
-    for line in path.read_text().splitlines() if path.exists() else []:
+    for line in read(path).splitlines():
         f = [x.strip() for x in line.split(",")]
         if len(f) >= 4:
             gpus.append({"index": f[0], "uuid": f[1], "name": f[2], "memory_mib": int(f[3])})
@@ -86,7 +91,7 @@ def check_pool(v: Verdicts, out: Path, pool: str, gpus: list[dict], no_gpu: bool
         return
     resource, per_gpu = next(iter(expect["per_gpu"].items()))
     alloc = ((load(d / "node-status.json") or {}).get("status") or {}).get("allocatable") or {}
-    rollout = (d / "rollout.txt").read_text() if (d / "rollout.txt").exists() else ""
+    rollout = read(d / "rollout.txt")
     rolled = rollout.count("successfully rolled out")
     configs = agent_configs(d)
     replicas = sorted({r.get("replicas") for c in configs.values() for r in sharing_resources(c)})
@@ -200,7 +205,7 @@ def timeline(out: Path) -> list[tuple[float, str, bool, dict[str, str]]]:
     """logs/timeline.log as (epoch, the node's pool label, cordoned, {tenant pod uid: phase[ deleting]})."""
     rows = []
     path = out / "logs" / "timeline.log"
-    for line in path.read_text(errors="replace").splitlines() if path.exists() else []:
+    for line in read(path, errors="replace").splitlines():
         parts = line.split("|")
         if len(parts) != 4:
             continue
@@ -238,7 +243,7 @@ def check_switch(v: Verdicts, out: Path, pool: str, rows: list) -> None:
     still = [p for p in after if p["metadata"]["uid"] == uid]
     placed = [p["metadata"]["name"] for p in after
               if p["metadata"]["uid"] != uid and (p.get("spec") or {}).get("nodeName")]
-    text = (out / "logs" / f"site-{pool}.txt").read_text() if (out / "logs" / f"site-{pool}.txt").exists() else ""
+    text = read(out / "logs" / f"site-{pool}.txt")
     at = [text.find(task) for task in SWITCH_TASKS]
     ordered = -1 not in at and at == sorted(at)
     back = [t for t, label, cordon, _ in rows if label == pool and not cordon and joined and t > joined[0]]
@@ -264,7 +269,7 @@ def check_rerun(v: Verdicts, out: Path, rows: list, no_gpu: bool) -> None:
         return
     pool = (r / "pool").read_text().strip()
     name = f"site-again-{pool}"
-    text = (out / "logs" / f"{name}.txt").read_text() if (out / "logs" / f"{name}.txt").exists() else ""
+    text = read(out / "logs" / f"{name}.txt")
     rc = step_rc(out, name)
     recap = RECAP.findall(text)
     changed = {h: int(c) for h, _, c, _, _ in recap}
@@ -353,7 +358,7 @@ def main() -> None:
     v = Verdicts()
     if not no_gpu and not gpus:
         v.add(False, "host", "gpus", "nvidia-smi listed no GPU", "host nvidia-smi")
-    ready = (out / "summary.txt").read_text() if (out / "summary.txt").exists() else ""
+    ready = read(out / "summary.txt")
     v.add("node " in ready and "Ready after" in ready, "cluster", "node", "the kubelet registered and is Ready",
           "real kubelet, kube-apiserver, etcd")
     skipped = re.search(r"^site\s+(SKIPPED: .*)$", ready, re.M)

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from lab_fixture import run_localhost_playbook
+from lab_fixture import run_localhost_playbook, wait_for
 
 pytestmark = pytest.mark.lab
 
@@ -90,15 +90,7 @@ def pinned(lab, core, spec: dict, metadata: dict | None = None):
         },
     )
     try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            pods = core.list_namespaced_pod(NAMESPACE, label_selector="app=node-reboot-test").items
-            running = [p for p in pods if p.spec.node_name == NODE and p.status.phase == "Running"]
-            if running:
-                break
-            time.sleep(1)
-        else:
-            pytest.fail(f"the pinned pod never ran on {NODE}")
+        running = wait_for(f"the pinned pod running on {NODE}", lambda: running_pods(core, "app=node-reboot-test"))
         yield running[0].metadata.name
     finally:
         lab.kubectl_run("uncordon", NODE, check=False)
@@ -214,10 +206,7 @@ def test_drain_leaves_daemonset_pods_with_emptydir_data(lab, core, tmp_path):
                 "volumes": [{"name": "scratch", "emptyDir": {}}],
                 "containers": [{"name": "agent", "image": "registry.invalid/agent:1",
                                 "volumeMounts": [{"name": "scratch", "mountPath": "/scratch"}]}]}}}})
-        deadline = time.monotonic() + 60
-        while not (agents := running_pods(core, "app=node-agent")) and time.monotonic() < deadline:
-            time.sleep(1)
-        assert agents, f"the DaemonSet's pod never ran on {NODE}"
+        agents = wait_for(f"the DaemonSet's pod running on {NODE}", lambda: running_pods(core, "app=node-agent"))
         proc = run_step(lab, "drain", tmp_path)
         assert proc.returncode == 0, proc.stdout + proc.stderr
         assert [p.metadata.uid for p in running_pods(core, "app=node-agent")] == [agents[0].metadata.uid]
@@ -238,12 +227,11 @@ def test_drain_refused_by_a_disruption_budget_fails_naming_the_pod(lab, core, tm
         policy.create_namespaced_pod_disruption_budget(NAMESPACE, {
             "metadata": {"name": "keep-one"},
             "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "node-reboot-test"}}}})
-        deadline = time.monotonic() + 30  # the budget controller must see the pod before it refuses
-        while time.monotonic() < deadline:
+        def budget_counts_the_pod():  # the budget controller must see the pod before it refuses
             status = policy.read_namespaced_pod_disruption_budget("keep-one", NAMESPACE).status
-            if status and status.observed_generation and status.current_healthy == 1:
-                break
-            time.sleep(1)
+            return status and status.observed_generation and status.current_healthy == 1
+
+        wait_for("the disruption budget to count the pod", budget_counts_the_pod, timeout=30)
         proc = run_step(lab, "drain", tmp_path, node_reboot_drain_timeout=12, node_reboot_drain_retries=0)
         assert proc.returncode != 0
         assert "PodDisruptionBudget" in proc.stdout and f"{NAMESPACE}/{name}" in proc.stdout, proc.stdout[-3000:]
@@ -270,12 +258,8 @@ def test_drain_replaces_out_of_date_on_delete_daemon_pods(lab, core, tmp_path):
                              "nodeSelector": {"kubernetes.io/hostname": NODE}, "tolerations": [{"operator": "Exists"}],
                              "terminationGracePeriodSeconds": 0,
                              "containers": [{"name": "d", "image": "registry.invalid/daemon:1"}]}}}})
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and not (running_pods(core, "app=stale-daemon")
-                                                   and running_pods(core, "app=current-daemon")):
-            time.sleep(1)
-        stale = running_pods(core, "app=stale-daemon")[0]
-        current = running_pods(core, "app=current-daemon")[0]
+        stale = wait_for("the stale daemon's pod", lambda: running_pods(core, "app=stale-daemon"))[0]
+        current = wait_for("the current daemon's pod", lambda: running_pods(core, "app=current-daemon"))[0]
         # A new template for one of them: OnDelete leaves its pod as it was.
         apps.patch_namespaced_daemon_set("stale-daemon", NAMESPACE, {"spec": {"template": {"metadata": {
             "annotations": {"kube-accel.test/config": "2"}}}}})
@@ -284,10 +268,7 @@ def test_drain_replaces_out_of_date_on_delete_daemon_pods(lab, core, tmp_path):
 
         proc = run_step(lab, "drain", tmp_path)
         assert proc.returncode == 0, proc.stdout + proc.stderr
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and not running_pods(core, "app=stale-daemon"):
-            time.sleep(1)
-        (new,) = running_pods(core, "app=stale-daemon")
+        (new,) = wait_for("the stale daemon's new pod", lambda: running_pods(core, "app=stale-daemon"))
         assert new.metadata.uid != stale.metadata.uid
         assert new.metadata.annotations.get("kube-accel.test/config") == "2"
         assert [p.metadata.uid for p in running_pods(core, "app=current-daemon")] == [current.metadata.uid]

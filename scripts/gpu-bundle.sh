@@ -92,7 +92,6 @@ install -m 0755 "$UP/nvidia-ctk-$n" "$stage/bin/nvidia-ctk"
 install -m 0755 "$UP/nvidia-container-runtime-$n" "$stage/bin/nvidia-container-runtime"
 install -m 0755 "$hook" "$stage/bin/nvidia-cdi-hook"
 install -m 0755 "$cni"/loopback "$cni"/ptp "$cni"/host-local "$stage/cni/"
-install -m 0755 "$C/images/busybox" "$stage/bin/busybox" # its ip applet where a host has no iproute2
 "$HERE/toolchain.sh" helm >/dev/null
 install -m 0755 "$KA_CACHE/bin/helm" "$stage/bin/helm"
 
@@ -129,6 +128,8 @@ find "$stage/site" -depth -type d -name __pycache__ -exec rm -rf {} +
 
 log "building the images"
 "$VENV/bin/python" "$HERE/gpu_e2e/images.py" "$C/images" "$stage/images/images.tar"
+# Its ip applet where a host has no iproute2; images.py fetches it (it also goes into the images), so after it.
+install -m 0755 "$C/images/busybox" "$stage/bin/busybox"
 
 rm -rf "$OUT" && mkdir -p "$OUT"
 log "rendering the pools' releases"

@@ -353,3 +353,24 @@ def test_recorded_h200_drain_held_by_the_grace_period(tmp_path, capsys, monkeypa
               and "kube-accel-pgpu-device-plugin-" in line and "gracePeriod=300" in line]
     assert plugin, "the drain's deletion of the device-plugin pod is in the kubelet log"
     assert "TIMED OUT" in (out / "logs" / "site-timeslice.txt").read_text()
+
+
+def test_recorded_h200_day2_passes_with_the_fixed_drain(tmp_path, capsys, monkeypatch):
+    """The same day 2 on the same kind of node (H200, driver 580.159.04, 2026-11-27, records in tests/data/gpu-e2e)
+    after the fixes above: both switches and the rerun pass. The kubelet killed each tenant with its own 5 s grace
+    period. (The device-plugin pods it killed, with 30 s, are the old releases' pods, uninstalled by release_cleanup
+    after the relabel; the drain leaves DaemonSet pods alone.)"""
+    import tarfile
+
+    with tarfile.open(REPO / "tests" / "data" / "gpu-e2e" / "h200-2026-11-27-day2-pass.tar.xz") as tar:
+        tar.extractall(tmp_path, filter="data")
+    out = tmp_path / "e2e-out"
+    lines = run_check(out, capsys, monkeypatch)
+    assert lines[-1] == "RESULT PASS (29 checks)", lines[-3:]
+    for name in ("timeslice switch:", "mps switch:", "mps rerun:"):
+        line = next(line for line in lines if f" {name}" in line)
+        assert line.startswith("PASS"), line
+    kubelet = (out / "logs" / "kubelet.log").read_text().splitlines()
+    tenants = [line for line in kubelet if "Killing container" in line and '"kube-accel-e2e/hold-' in line]
+    assert len(tenants) == 2 and all("gracePeriod=5" in line for line in tenants), tenants
+    assert not any("gracePeriod=300" in line for line in kubelet)

@@ -20,6 +20,8 @@ line (up, down, status, monitoring, load): argparse and calls into these modules
               extender, webhook and kube-scheduler, gpu-admission and its kube-scheduler, the GPU Operator's
               controller; the releases the cluster play computes, rendered; what `lab.py up` starts for an inventory
               (start_upstream)
+  nvidia_smi  the lab host's nvidia-smi stand-in for MIG teardown (copied into a host, Python stdlib only; its
+              state is the host's recorded NVML snapshot)
   monitoring  the monitoring chain on what the cluster play deployed (Prometheus, kube-state-metrics,
               prometheus-adapter, with the DCGM exporter stand-in) and the dashboard report
 
@@ -31,7 +33,7 @@ above, and never from scripts/lab.py (tests/unit/test_kalab_imports.py checks it
   upstream
   standins
   cluster, nodes, hosts, processes, dra
-  site
+  site, nvidia_smi
 
 Only the kubernetes client is imported inside the functions that use it (the heaviest import, and only node writes
 and the stand-ins need it); everything else is imported at the top of its module.

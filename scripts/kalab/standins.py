@@ -16,7 +16,9 @@ processes and the verify table. Each runs as a lab process, this module run by t
                    rendered env, the ConfigMap files the kubelet would mount) in a PID namespace of its own, loads
                    the config file config-manager selected with the plugin's own loader (ka-conform-deviceplugin)
                    and writes the capacity the plugin would register: nvidia.com/gpu, or a replicated resource's
-                   (re)name times its replicas. Under a MIG strategy it writes nothing (MIG devices need a GPU).
+                   (re)name times its replicas. Under a MIG strategy (MIG devices need a GPU) it writes what a MIG
+                   pool's node starts with, the inventory's promise marked as such (kalab.nodes), or nothing on a
+                   node that started without MIG.
   dra-kubelet-plugin-standin   for NVIDIA's DRA driver's kubelet plugin (dra pools, issue 33): while the driver's
                    kubelet-plugin pod is Running on a node it runs, per node, the driver's own device enumeration and
                    ResourceSlice publishing code over the host's recorded NVML snapshot (kalab.dra.publisher; process
@@ -62,6 +64,7 @@ from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_constants imp
 from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_verify import (
     DRA_SLICES_STANDIN,
     LAB_CAPACITY_ANNOTATION,
+    LAB_CAPACITY_FROM_INVENTORY,
 )
 
 from kalab import dra
@@ -306,6 +309,12 @@ def set_capacity(api, node: str, resources: dict[str, int | None], source: str) 
     api.patch_node(node, {"metadata": {"annotations": {LAB_CAPACITY_ANNOTATION: source}}})
 
 
+def gpu_resources(api, node: str) -> dict[str, str]:
+    """The node's extended resources of NVIDIA's (nvidia.com/...) as its status holds them."""
+    capacity = api.read_node_status(node).status.capacity or {}
+    return {k: v for k, v in capacity.items() if k.startswith("nvidia.com/")}
+
+
 def plugin_pods(pods: list[dict], nodes: set[str], image: str, prefer: str | None = None) -> dict[str, dict]:
     """Running device-plugin pods (app.kubernetes.io/component=device-plugin) with a container of ``image`` on
     ``nodes``, one per node: where two releases run one (the cluster play's and a chart test's), the pod of namespace
@@ -387,12 +396,15 @@ class ConfigManager(LabChild):
         stop_one(procs_dir(root), self.name)
 
 
-def start_dp_standin(root: Path, gpu_counts: dict[str, int], namespace: str) -> None:
+def start_dp_standin(root: Path, gpu_counts: dict[str, int], namespace: str,
+                     mig_capacity: dict[str, dict[str, int]] | None = None) -> None:
     """The device-plugin stand-in for the fake nodes in ``gpu_counts`` (node: GPUs in its recorded snapshot); where two
-    device-plugin pods share a node, it serves the one in ``namespace`` (the inventory's releases)."""
+    device-plugin pods share a node, it serves the one in ``namespace`` (the inventory's releases). ``mig_capacity``:
+    what a node of a MIG pool started with (kalab.nodes: the inventory's promise), put back under a MIG config."""
     work = root / "device-plugin"
     work.mkdir(parents=True, exist_ok=True)
-    (work / "hosts.json").write_text(json.dumps({"namespace": namespace, "gpus": gpu_counts}))
+    (work / "hosts.json").write_text(json.dumps({"namespace": namespace, "gpus": gpu_counts,
+                                                 "mig_capacity": mig_capacity or {}}))
     ready = procs_dir(root) / f"{DP_STANDIN}.ready"
     ready.unlink(missing_ok=True)
     start(root, DP_STANDIN, *standin_process("dp-standin", "--dir", str(root), "--inventory-json",
@@ -405,6 +417,7 @@ def dp_standin(root: Path, hosts_json: Path) -> None:
 
     served = json.loads(hosts_json.read_text())
     gpus_of: dict[str, int] = served["gpus"]
+    mig_capacity: dict[str, dict[str, int]] = served.get("mig_capacity", {})
     api = client.CoreV1Api(config.new_client_from_config(str(root / "kubeconfig")))
     ready = procs_dir(root) / f"{DP_STANDIN}.ready"
     print(f"{DP_STANDIN}: lab stand-in for k8s-device-plugin's registration on {sorted(gpus_of)} "
@@ -430,11 +443,15 @@ def dp_standin(root: Path, hosts_json: Path) -> None:
                 if text is None or (node in applied and applied[node][0] == text):
                     continue
                 resources = plugin_resources(load_plugin_config(manager.dst), gpus_of[node])
-                before = applied.get(node, ("", {}))[1]
+                source = DP_STANDIN
+                if resources is None and node in mig_capacity:
+                    resources, source = mig_capacity[node], LAB_CAPACITY_FROM_INVENTORY
+                # The first registration replaces whatever GPU capacity the node had (a MIG node's copy).
+                before = applied[node][1] if node in applied else gpu_resources(api, node)
                 if resources is not None:
-                    set_capacity(api, node, {**dict.fromkeys(before), **resources}, DP_STANDIN)
+                    set_capacity(api, node, {**dict.fromkeys(before), **resources}, source)
                     named = Path(os.readlink(manager.dst)).name if manager.dst.is_symlink() else "?"
-                    print(f"{node}: {resources} from config {named}", flush=True)
+                    print(f"{node}: {resources} from config {named} ({source})", flush=True)
                 applied[node] = (text, resources or {})
             ready.touch()
         except Exception as exc:  # noqa: BLE001 - keep serving; the log says what went wrong

@@ -403,11 +403,19 @@ def start_upstream(site: Site, hosts: dict[str, dict]) -> None:
     if GPU_OPERATOR not in running and truthy(first.get("accel_gpu_operator_enabled", False)):
         start_gpu_operator_for_inventory(site, hosts, first)
     if DP_STANDIN not in running:
-        # NVIDIA's plugin (HAMi's stand-in registers the vgpu-hami nodes).
-        counts = {name: gpu_summary(NVML_DATA / f"{hv['accel_lab_gpu']}.json")[0] for name, hv in hosts.items()
-                  if (st := accel_pools.pool_settings(hv))["accel_mode"] != "vgpu" and capacity_by_standin(st)}
+        # NVIDIA's plugin (HAMi's stand-in registers the vgpu-hami nodes), on every other GPU host: a play may take a
+        # MIG pool's geometry away. Under a MIG config the stand-in puts back the capacity a MIG node starts with (the
+        # inventory's promise, not evidence: kalab.nodes).
+        counts, mig_capacity = {}, {}
+        for name, hv in hosts.items():
+            if (st := accel_pools.pool_settings(hv))["accel_mode"] == "vgpu":
+                continue
+            count, _product, memory = gpu_summary(NVML_DATA / f"{hv['accel_lab_gpu']}.json")
+            counts[name] = count
+            if not capacity_by_standin(st):
+                mig_capacity[name] = accel_pools.advertised_resources(st, count, memory)
         started = time.time()
-        start_dp_standin(site.root, counts, first.get("accel_namespace") or "kube-accel")
+        start_dp_standin(site.root, counts, first.get("accel_namespace") or "kube-accel", mig_capacity)
         log(f"device-plugin stand-in (config-manager per node) up in {time.time() - started:.1f} s")
     if DRA_STANDIN not in running and any(accel_pools.pool_settings(hv)["accel_mode"] == "dra"
                                           for hv in hosts.values()):

@@ -153,3 +153,40 @@ def test_a_chart_from_its_archive_runs_where_its_readme_says(lab, artifacts, bar
     finally:
         helm(lab, "uninstall", release, "-n", NAMESPACE, "--wait", "--timeout", "2m")
         kubectl(lab, "label", "node", NODE, *[f"{k}-" for k in spec["labels"]], check=False)
+
+
+def test_the_monitoring_chart_from_its_archive_as_its_readme_says(lab, artifacts):
+    """The monitoring chart has no node agents: Helm only, it installs from its archive with the README's command, and
+    what NOTES then names is in the cluster as the README describes it (the PrometheusRule carrying the label a
+    Prometheus selects rules by, the adapter rules ConfigMap, the dashboard ConfigMap for Grafana's sidecar); the
+    kube-state-metrics flag NOTES prints is the one the README gives."""
+    section = helm_only_section("monitoring")
+    command = section[section.index("```sh"):section.index("```", section.index("```sh") + 5)]
+    words = command.split()
+    sets = [words[i + 1].strip("'") for i, word in enumerate(words[:-1]) if word == "--set"]
+    assert sets == ["alerts.labels.release=kube-prometheus-stack", "hpaAdapter.enabled=true"], command
+    version = yaml.safe_load((REPO / "charts" / "monitoring" / "Chart.yaml").read_text())["version"]
+    if kubectl(lab, "get", "crd", "prometheusrules.monitoring.coreos.com", check=False).returncode:
+        pytest.fail("the lab serves no PrometheusRule CRD: the site run installs it with the monitoring chain")
+    release, namespace = "helm-only-monitoring", "helm-only-monitoring"
+    installed = helm(lab, "install", release, str(artifacts / "charts" / f"monitoring-{version}.tgz"), "-n", namespace,
+                     "--create-namespace", *[a for s in sets for a in ("--set", s)], "--wait", "--timeout", "2m")
+    try:
+        assert installed.returncode == 0, installed.stderr[-3000:]
+        allowlist = next(line.strip() for line in section.splitlines() if "--metric-labels-allowlist" in line)
+        assert allowlist.strip("`") in installed.stdout, installed.stdout
+        objects = {(o["kind"], o["metadata"]["name"]): o for o in json.loads(kubectl(
+            lab, "get", "prometheusrules,configmaps", "-n", namespace, "-l", f"app.kubernetes.io/instance={release}",
+            "-o", "json").stdout)["items"]}
+        rule = objects[("PrometheusRule", release)]
+        assert rule["metadata"]["labels"]["release"] == "kube-prometheus-stack"
+        assert {r["alert"] for g in rule["spec"]["groups"] for r in g["rules"]} >= {"KubeAccelGpuXidError"}
+        adapter = objects[("ConfigMap", f"{release}-adapter-rules")]
+        assert f"ConfigMap {release}-adapter-rules (namespace {namespace})" in installed.stdout
+        assert yaml.safe_load(adapter["data"]["config.yaml"])["rules"], adapter["data"]
+        dashboards = [o for (kind, _), o in objects.items() if kind == "ConfigMap"
+                      and o["metadata"]["labels"].get("grafana_dashboard") == "1"]
+        assert dashboards and all(json.loads(v) for d in dashboards for v in d["data"].values())
+    finally:
+        helm(lab, "uninstall", release, "-n", namespace, "--wait", "--timeout", "2m")
+        kubectl(lab, "delete", "namespace", namespace, "--wait=false", check=False)

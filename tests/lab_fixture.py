@@ -40,6 +40,13 @@ class Lab:
         return subprocess.run([str(self.kubectl), "--kubeconfig", str(self.kubeconfig), *args], input=stdin,
                               capture_output=True, text=True, check=check, timeout=timeout)
 
+    def releases(self, namespace: str | None = None) -> dict[str, dict]:
+        """helm list's rows by release name, in ``namespace`` or all namespaces."""
+        scope = ["-n", namespace] if namespace else ["-A"]
+        out = subprocess.run([str(self.helm), "list", *scope, "-o", "json", "--kubeconfig", str(self.kubeconfig)],
+                             capture_output=True, text=True, check=True).stdout
+        return {r["name"]: r for r in json.loads(out)}
+
     def namespace(self, name: str) -> None:
         """Create a namespace (if missing) and wait for its default ServiceAccount: pods are refused until the
         controller-manager's serviceaccount controller has made it, which takes a while on a loaded machine."""
@@ -102,10 +109,7 @@ def lab() -> Lab:
 def converge_cluster(lab: Lab, releases: set[str], namespace: str | None = None) -> None:
     """Run the cluster play on the lab unless helm already lists every release in ``releases`` (in ``namespace``, or
     any): in a full run test_site_lab.py has converged the lab before the tests that need its releases."""
-    scope = ["-n", namespace] if namespace else ["-A"]
-    listed = json.loads(subprocess.run([str(lab.helm), "list", *scope, "-o", "json", "--kubeconfig",
-                                        str(lab.kubeconfig)], capture_output=True, text=True, check=True).stdout)
-    if releases <= {r["name"] for r in listed}:
+    if releases <= set(lab.releases(namespace)):
         return
     bin_dir = Path(sys.executable).parent
     env = {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1",
@@ -133,9 +137,7 @@ def site_play(lab: Lab, inventory: Path, *args: str, timeout: int = 900) -> subp
 def changed_lab_inventory(pool_file: str, change) -> Path:
     """A copy of the lab inventory (CHANGED_INVENTORY) whose group_vars/``pool_file`` went through ``change`` (a
     function that edits the dict in place); its hosts.yml. Remove it with remove_changed_inventory()."""
-    remove_changed_inventory()
-    shutil.copytree(LAB_INVENTORY, CHANGED_INVENTORY)
-    path = CHANGED_INVENTORY / "group_vars" / pool_file
+    path = _lab_inventory_copy() / "group_vars" / pool_file
     pool = yaml.safe_load(path.read_text())
     change(pool)
     path.write_text("---\n" + yaml.safe_dump(pool, sort_keys=False))
@@ -145,9 +147,7 @@ def changed_lab_inventory(pool_file: str, change) -> Path:
 def lab_inventory_without(*groups: str) -> Path:
     """A copy of the lab inventory (CHANGED_INVENTORY) whose hosts.yml has none of the pool groups ``groups`` (their
     hosts leave kube-accel); its hosts.yml. Remove it with remove_changed_inventory()."""
-    remove_changed_inventory()
-    shutil.copytree(LAB_INVENTORY, CHANGED_INVENTORY)
-    path = CHANGED_INVENTORY / "hosts.yml"
+    path = _lab_inventory_copy() / "hosts.yml"
     inventory = yaml.safe_load(path.read_text())
     pools = inventory["all"]["children"]["gpu_pools"]["children"]
     for group in groups:
@@ -155,6 +155,12 @@ def lab_inventory_without(*groups: str) -> Path:
         (CHANGED_INVENTORY / "group_vars" / f"{group}.yml").unlink()
     path.write_text("---\n" + yaml.safe_dump(inventory, sort_keys=False))
     return path
+
+
+def _lab_inventory_copy() -> Path:
+    remove_changed_inventory()
+    shutil.copytree(LAB_INVENTORY, CHANGED_INVENTORY)
+    return CHANGED_INVENTORY
 
 
 def remove_changed_inventory() -> None:

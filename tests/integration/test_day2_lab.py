@@ -42,9 +42,7 @@ def site(lab, inventory: Path, *args: str) -> subprocess.CompletedProcess:
 
 
 def releases(lab) -> dict[str, str]:
-    out = subprocess.run([str(lab.helm), "list", "-A", "-o", "json", "--kubeconfig", str(lab.kubeconfig)],
-                         capture_output=True, text=True, check=True).stdout
-    return {r["name"]: r["status"] for r in json.loads(out)}
+    return {name: r["status"] for name, r in lab.releases().items()}
 
 
 def daemonsets(lab) -> set[str]:

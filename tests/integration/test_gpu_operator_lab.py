@@ -134,9 +134,7 @@ def test_the_site_run_installs_the_operator_from_the_archives_chart(lab, operato
     """NVIDIA's repository does not answer here: the role installs the chart of the pinned source archive
     (accel_gpu_operator_chart_fallback) instead of skipping, and the ClusterPolicy is the one built from the pools."""
     assert "installing the local chart" in operator["first_run"] and "GPU Operator skipped" not in operator["first_run"]
-    releases = json.loads(subprocess.run([str(lab.helm), "list", "-n", NAMESPACE, "-o", "json", "--kubeconfig",
-                                          str(lab.kubeconfig)], capture_output=True, text=True, check=True).stdout)
-    assert [(r["name"], r["status"]) for r in releases] == [("gpu-operator", "deployed")]
+    assert [(name, r["status"]) for name, r in lab.releases(NAMESPACE).items()] == [("gpu-operator", "deployed")]
     spec = operator["cluster_policy"]["spec"]
     assert spec["migManager"]["config"]["name"] == opv.MIG_PARTED_CONFIGMAP
     # The controller that reconciled it is the lab's process: its log names the ClusterPolicy's states.
@@ -251,14 +249,11 @@ def test_no_fight_labels_hold_while_the_operator_reconciles_and_a_second_run_cha
                 and any(f'"NodeName":"{n}"' in line for n in want)]
     lab.kubectl_run("delete", "node", JOINING_NODE, "--wait=false")
 
-    revisions = json.loads(subprocess.run([str(lab.helm), "list", "-A", "-o", "json", "--kubeconfig",
-                                           str(lab.kubeconfig)], capture_output=True, text=True, check=True).stdout)
+    revisions = {name: r["revision"] for name, r in lab.releases().items()}
     second, recap = site(lab)
     assert second.returncode == 0, second.stdout[-4000:]
     assert recap and set(recap.values()) == {0}, f"changes on the second run: {recap}\n{second.stdout[-4000:]}"
-    again = json.loads(subprocess.run([str(lab.helm), "list", "-A", "-o", "json", "--kubeconfig",
-                                       str(lab.kubeconfig)], capture_output=True, text=True, check=True).stdout)
-    assert {r["name"]: r["revision"] for r in again} == {r["name"]: r["revision"] for r in revisions}
+    assert {name: r["revision"] for name, r in lab.releases().items()} == revisions
     assert {n: v for n, v in labels(lab).items() if n in want} == before
 
 

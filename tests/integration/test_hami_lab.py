@@ -43,9 +43,7 @@ def hami(lab):
     if not INFO.exists():
         pytest.fail(f"{INFO} missing: `scripts/lab.py up` starts HAMi for the lab inventory's vgpu-hami pool")
     info = json.loads(INFO.read_text())
-    releases = json.loads(subprocess.run([str(lab.helm), "list", "-A", "-o", "json", "--kubeconfig",
-                                          str(lab.kubeconfig)], capture_output=True, text=True, check=True).stdout)
-    if info["release"] not in {r["name"] for r in releases if r["status"] == "deployed"}:
+    if lab.releases().get(info["release"], {}).get("status") != "deployed":
         env = {"ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1", "HOME": str(Path.home()),
                "PATH": f"{lab.helm.parent}:{Path(sys.executable).parent}:/usr/bin:/bin"}
         play = subprocess.run([str(Path(sys.executable).parent / "ansible-playbook"), "-i",

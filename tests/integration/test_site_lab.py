@@ -42,9 +42,7 @@ def summary(stdout: str) -> list[str]:
 
 
 def revisions(lab) -> dict[str, int]:
-    out = subprocess.run([str(lab.helm), "list", "-A", "-o", "json", "--kubeconfig", str(lab.kubeconfig)],
-                         capture_output=True, text=True, check=True).stdout
-    return {r["name"]: int(r["revision"]) for r in json.loads(out) if r["name"].startswith("kube-accel-")}
+    return {name: int(r["revision"]) for name, r in lab.releases().items() if name.startswith("kube-accel-")}
 
 
 def node_labels(lab) -> dict[str, dict]:

@@ -56,12 +56,6 @@ def gpu_hosts(inventory: Path) -> list[str]:
     return sorted(h for pool in pools.values() for h in (pool.get("hosts") or {}))
 
 
-def releases(lab) -> dict[str, dict]:
-    out = subprocess.run([str(lab.helm), "list", "-A", "-o", "json", "--kubeconfig", str(lab.kubeconfig)],
-                         capture_output=True, text=True, check=True).stdout
-    return {r["name"]: r for r in json.loads(out)}
-
-
 def record_version(host: str) -> int:
     out = subprocess.run(["podman", "exec", host, "cat", RECORD], capture_output=True, text=True, check=True).stdout
     return json.loads(out)["version"]
@@ -78,7 +72,7 @@ def nodes(lab) -> dict[str, dict]:
 
 @pytest.fixture(scope="module")
 def upgrade(lab, tmp_path_factory):
-    if any(name.startswith("kube-accel-") or name == "gpu-operator" for name in releases(lab)):
+    if any(name.startswith("kube-accel-") or name == "gpu-operator" for name in lab.releases()):
         reset_lab(lab)  # a lab an earlier test converged: 0.1.0 would be a downgrade
     commit = released_commit()
     old = tmp_path_factory.mktemp("upgrade") / "kube-accel-0.1.0"
@@ -99,7 +93,7 @@ def upgrade(lab, tmp_path_factory):
         cwd=old, env=env, capture_output=True, text=True, check=False, timeout=900)
     assert installed.returncode == 0, installed.stdout[-5000:] + installed.stderr[-2000:]
     old_hosts = gpu_hosts(old / "inventories" / "lab" / "hosts.yml")
-    before = {"releases": releases(lab), "records": {h: record_version(h) for h in old_hosts}}
+    before = {"releases": lab.releases(), "records": {h: record_version(h) for h in old_hosts}}
     lab.namespace(WORKLOADS)
     for host in old_hosts:
         pinned_pod(lab, f"on-{host}", host, WORKLOADS)
@@ -165,7 +159,7 @@ def test_every_release_is_at_this_version_and_nothing_old_is_left(lab, upgrade):
     carries a kube-accel.io label this version does not manage."""
     from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_constants  # noqa: PLC0415
 
-    now = releases(lab)
+    now = lab.releases()
     for name, release in now.items():
         assert release["status"] == "deployed", release
         if not name.startswith("kube-accel-"):

@@ -31,6 +31,13 @@ def capacity_by_standin(settings: dict) -> bool:
     return not accel_pools.mig_enabled(settings)
 
 
+def inventory_capacity(settings: dict) -> dict[str, int]:
+    """The capacity the inventory promises a node of this pool (``settings``: accel_pools.pool_settings) for its
+    recorded GPUs: what a node starts with where no stand-in registers a device plugin (not evidence)."""
+    count, _product, memory = gpu_summary(NVML_DATA / f"{settings['accel_lab_gpu']}.json")
+    return accel_pools.advertised_resources(settings, count, memory)
+
+
 def node_manifest(name: str, hostvars: dict, standins: bool = True) -> dict:
     """A fake node as a fresh cluster's node: no kube-accel labels (the cluster play sets them) and, where a lab
     stand-in will register its device plugin (``standins``, capacity_by_standin), no GPU capacity either. The
@@ -39,8 +46,7 @@ def node_manifest(name: str, hostvars: dict, standins: bool = True) -> dict:
     settings = accel_pools.pool_settings(hostvars)
     count, product, memory = gpu_summary(NVML_DATA / f"{settings['accel_lab_gpu']}.json")
     from_inventory = not (standins and capacity_by_standin(settings))
-    resources = {k: str(v) for k, v in accel_pools.advertised_resources(settings, count, memory).items()
-                 if from_inventory}
+    resources = {k: str(v) for k, v in inventory_capacity(settings).items() if from_inventory}
     base = {"cpu": "64", "memory": "512Gi", "pods": "110"}
     labels = {
         "type": "kwok",

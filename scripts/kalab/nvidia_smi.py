@@ -1,8 +1,9 @@
 #!/usr/bin/python3
 """The lab's nvidia-smi stand-in: the MIG teardown commands roles/mig runs when a pool stops using MIG, acting on the
 host's NVML state, a recorded snapshot (tests/data/nvml) kept on the lab host. Lab code, Python stdlib only: the test
-that needs it copies it into a lab host as /usr/local/bin/nvidia-smi (tests/integration/test_mig_lab.py), and points
-that host's accel_nvml_snapshot at the state file, so the NVML facts kube-accel reads afterwards are what this left.
+that needs it (tests/integration/test_day2_mig_lab.py) copies it into a lab host as /usr/local/bin/nvidia-smi, and
+points that host's accel_nvml_snapshot at the state file, so the NVML facts kube-accel reads afterwards are what this
+left.
 
 Modelled, for the GPUs of ``-i LIST`` (all when absent), as NVIDIA's MIG user guide describes them:
   mig -dci      destroys every compute instance; its GPU instance stays (an NVML MIG device is a GPU instance with a

@@ -42,7 +42,7 @@ from ansible_collections.kube_accel.gpu.plugins.module_utils import (
 )
 
 from kalab import processes
-from kalab.nodes import capacity_by_standin
+from kalab.nodes import capacity_by_standin, inventory_capacity
 from kalab.processes import free_port, http_ok, https_ok, procs_dir, start
 from kalab.site import (
     BIN,
@@ -410,10 +410,9 @@ def start_upstream(site: Site, hosts: dict[str, dict]) -> None:
         for name, hv in hosts.items():
             if (st := accel_pools.pool_settings(hv))["accel_mode"] == "vgpu":
                 continue
-            count, _product, memory = gpu_summary(NVML_DATA / f"{hv['accel_lab_gpu']}.json")
-            counts[name] = count
+            counts[name] = gpu_summary(NVML_DATA / f"{hv['accel_lab_gpu']}.json")[0]
             if not capacity_by_standin(st):
-                mig_capacity[name] = accel_pools.advertised_resources(st, count, memory)
+                mig_capacity[name] = inventory_capacity(st)
         started = time.time()
         start_dp_standin(site.root, counts, first.get("accel_namespace") or "kube-accel", mig_capacity)
         log(f"device-plugin stand-in (config-manager per node) up in {time.time() - started:.1f} s")

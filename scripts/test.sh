@@ -2,8 +2,9 @@
 # make test, in two lanes that share nothing but the CPU (BENCHMARKS.md "Test suite"):
 #   hosts:   venv -> podman, host and Molecule images -> Molecule scenarios (podman hosts; the one Go-built command a
 #            scenario copies in, containerd 2.x, is built by its test: tests/molecule/test_scenarios.py)
-#   cluster: the Go toolchain and upstream builds -> pytest (lab integration tests in one process; beside it lint,
-#            ansible-test sanity on the built collection, then the unit, chart and conformance tests)
+#   cluster: what the lab runs (Go builds) -> pytest (lab integration tests in one process; beside it the rest of the
+#            upstream builds, lint, ansible-test sanity on the built collection, then the unit, chart and conformance
+#            tests)
 # The Molecule lane starts as soon as its images exist, so its ~35 minutes (every scenario run) pass beside the Go
 # builds and pytest instead of after them. Its output goes to a log printed when both lanes have ended; each stage's
 # time still goes through scripts/stage.sh. Exit status: non-zero when any stage failed.
@@ -39,19 +40,24 @@ pytest_lane() {
 }
 
 rc=0
-if scripts/stage.sh toolchain scripts/toolchain.sh all; then
+# The lab lane starts on what the lab runs (toolchain.sh lab: Kubernetes, kwok, etcd, helm, the controllers and the
+# stand-ins' harnesses); the rest of the upstream builds (conformance-only binaries and harnesses, containerd, crictl,
+# promtool, the monitoring chain) go first in the other lane, while the lab tests wait on the API server and pods.
+# The lab's monitoring test builds its three binaries itself if it gets there first (a lock per output: built once).
+if scripts/stage.sh lab-tools scripts/toolchain.sh lab; then
   # Lint runs in the second lane, not before the lab tests: the lab lane is the longest, and waits on nothing.
   other_log=$(mktemp -t ka-pytest.XXXXXX)
   # At a lower CPU priority than the lab lane (nice 10, as Molecule's): the lab lane decides the total and waits on
-  # pods and the API between its Ansible runs, which this lane's tests fill (BENCHMARKS.md "Test suite").
+  # pods and the API between its Ansible runs, which this lane's builds and tests fill (BENCHMARKS.md "Test suite").
   { renice -n 10 -p "$BASHPID" >/dev/null
-    orc=0; scripts/stage.sh lint "${make[@]}" lint || orc=1
+    orc=0; scripts/stage.sh toolchain scripts/toolchain.sh all || orc=1
+    scripts/stage.sh lint "${make[@]}" lint || orc=1
     scripts/stage.sh sanity "${make[@]}" sanity || orc=1
     pytest_lane pytest -m "not lab" --durations=15 || orc=1; exit "$orc"; } >"$other_log" 2>&1 &
   other_pid=$!
   pytest_lane pytest-lab -m lab --durations=25 || rc=1
   wait "$other_pid" || rc=1
-  echo "== lint; ansible-test sanity; unit, chart and conformance tests =="
+  echo "== toolchain; lint; ansible-test sanity; unit, chart and conformance tests =="
   cat "$other_log"
   rm -f "$other_log"
 else

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Build and cache kube-accel's lab toolchain from the Go module proxy and Debian.
 # Everything is keyed by version under $KA_CACHE; a second call finds every stamp and returns in seconds.
-# Usage: scripts/toolchain.sh [all|go|helm|kwok|etcd|k8s|podman|image|molecule|python|upstream]
+# Usage: scripts/toolchain.sh [all|lab|go|helm|kwok|etcd|k8s|podman|image|molecule|python|upstream]
 set -euo pipefail
 
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -152,12 +152,18 @@ case "${1:-all}" in
   go) lanes k8s build_k8s helm build_helm tools 'build_kwok; build_etcd' ;;
   podman | image | python | molecule) "$HERE/lab-host-image.sh" "$1" ;;
   upstream) "$HERE/upstream.sh" all ;;
+  lab)
+    # What the local lab runs, no more (scripts/upstream.sh lab): `make test` starts the lab tests on it and builds
+    # the rest (`all`) in its other lane (scripts/test.sh).
+    lanes k8s build_k8s helm build_helm tools "build_kwok; build_etcd; '$HERE/upstream.sh' lab" \
+      hosts "'$HERE/lab-host-image.sh' all"
+    ;;
   all)
     # Three lanes: Kubernetes; helm v3/v4; kwok, etcd, then the pinned upstream components the conformance tests
     # run (tests/conformance). The host and Molecule images (apt, debootstrap: network and disk) go beside them.
     lanes k8s build_k8s helm build_helm tools "build_kwok; build_etcd; '$HERE/upstream.sh' all" \
       hosts "'$HERE/lab-host-image.sh' all"
     ;;
-  *) echo "usage: $0 [all|go|helm|kwok|etcd|k8s|podman|image|molecule|upstream]" >&2; exit 2 ;;
+  *) echo "usage: $0 [all|lab|go|helm|kwok|etcd|k8s|podman|image|molecule|upstream]" >&2; exit 2 ;;
 esac
 log "ready in $BIN"

@@ -12,7 +12,11 @@
 #
 # Go modules: checked as scripts/goenv.sh says (sum.golang.org, no exemption whatever the caller's environment says).
 #
-# Usage: scripts/upstream.sh [all|src|bin|harness|crds|path ARCHIVE]
+# `lab` builds only what the local lab runs (LAB_* below), so that `make test` starts the lab tests while the rest
+# builds beside them (scripts/test.sh); anything the lab needs later is built on demand under the same per-output lock
+# (`proxy NAME`, `harness NAME`), so two lanes never build one output twice.
+#
+# Usage: scripts/upstream.sh [all|lab|lab-outputs|src|bin|proxy [NAME...]|harness [NAME...]|crds|path ARCHIVE|goenv]
 set -euo pipefail
 
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -70,8 +74,26 @@ PROXY_BINS=(
   "k8s.io/kube-state-metrics/v2@$KUBE_STATE_METRICS_VERSION=kube-state-metrics-${KUBE_STATE_METRICS_VERSION#v}"
 )
 
+# What the local lab runs (scripts/kalab): config-manager in the device-plugin stand-in, HAMi's scheduler, the GPU
+# Operator's controller and gpu-admission; the harnesses the stand-ins load configs with (deviceplugin, dra-slices)
+# and the one test_hami_lab.py decodes HAMi's node annotation with (hami-config). The monitoring chain's Prometheus,
+# adapter and kube-state-metrics are built on demand by scripts/kalab/monitoring.py (`proxy NAME`).
+LAB_ARCHIVES=(k8s-device-plugin-v0.20.0 hami-v2.10.0 gpu-operator-v26.7.0 gpu-admission-47d56ae)
+LAB_HARNESSES=(deviceplugin dra-slices hami-config)
+check_lab_harnesses() {
+  local name
+  for name in "${LAB_HARNESSES[@]}"; do
+    [ -d "$REPO/tests/conformance/go/$name" ] || die "LAB_HARNESSES names $name: there is no tests/conformance/go/$name"
+  done
+}
+
 log() { printf '[upstream] %s\n' "$*" >&2; }
 die() { printf '[upstream] ERROR: %s\n' "$*" >&2; exit 1; }
+# "built NAME in N s": a cold run's log then says where the toolchain's time went (BENCHMARKS.md).
+built() { log "built $1 in $(( $(date +%s) - $2 )) s"; }
+# Is the argument list empty, or does NAME start with one of its words?
+wanted() { local name=$1 want; shift; [ $# -eq 0 ] && return 0
+           for want in "$@"; do [[ $name == "$want"* ]] && return 0; done; return 1; }
 field() { local IFS='|'; read -r -a f <<<"$1"; printf '%s' "${f[$2]:-}"; }
 entry() { local e; for e in "${ARCHIVES[@]}"; do [ "$(field "$e" 0)" = "$1" ] && { printf '%s' "$e"; return; }; done; die "unknown archive $1"; }
 
@@ -120,13 +142,15 @@ unpack() {
 
 build_key() { printf '%s %s %s' "$(cat "$1/.ka-stamp")" "$(go env GOVERSION)" "$2" | sha256sum | cut -c1-16; }
 
-# Upstream commands, built from their own module with their own go.mod and go.sum.
+# Upstream commands, built from their own module with their own go.mod and go.sum (every archive's, or those of
+# the archives named).
 build_bins() {
-  local e stem src pair pkg out key
+  local e stem src pair pkg out key t0
   mkdir -p "$UP/bin"
   for e in "${ARCHIVES[@]}"; do
     stem=$(field "$e" 0)
     [ -n "$(field "$e" 3)" ] || continue
+    wanted "$stem" "$@" || continue
     unpack "$stem"
     src="$UP/src/$stem"
     for pair in $(field "$e" 3); do
@@ -134,8 +158,10 @@ build_bins() {
       key=$(build_key "$src" "$pkg")
       [ -x "$out" ] && [ -f "$out.stamp" ] && [ "$(cat "$out.stamp")" = "$key" ] && continue
       log "building ${pair#*=} from $stem ($pkg)"
+      t0=$(date +%s)
       (cd "$src" && go build -ldflags "-s -w" -o "$out" "$pkg")
       printf '%s' "$key" >"$out.stamp"
+      built "${pair#*=}" "$t0"
     done
   done
 }
@@ -143,21 +169,19 @@ build_bins() {
 # Every command of PROXY_BINS, or those whose output name starts with one of the arguments. The Molecule lane builds
 # the one it needs (containerd) while the toolchain lane builds them all: a lock per command, a scratch dir per build.
 build_proxy_bins() {
-  local pair spec name rest tags out key want fd scratch
+  local pair spec name rest tags out key fd scratch t0
   mkdir -p "$UP/bin"
   for pair in "${PROXY_BINS[@]}"; do
     spec=${pair%%=*}; rest=${pair#*=}; name=${rest%%=*}; tags=''
     [ "$rest" = "$name" ] || tags=${rest#*=}
-    if [ $# -gt 0 ]; then
-      for want in "$@"; do [[ $name == "$want"* ]] && break; want=''; done
-      [ -n "$want" ] || continue
-    fi
+    wanted "$name" "$@" || continue
     out="$UP/bin/$name"
     key=$(printf '%s %s%s' "$spec" "$(go env GOVERSION)" "${tags:+ $tags}" | sha256sum | cut -c1-16)
     exec {fd}>"$out.lock"
     flock "$fd"
     if ! { [ -x "$out" ] && [ -f "$out.stamp" ] && [ "$(cat "$out.stamp")" = "$key" ]; }; then
       log "building $name from the module proxy ($spec${tags:+, tags $tags})"
+      t0=$(date +%s)
       # A scratch module that requires only the command's module: its go.mod decides every version, as with
       # `go install pkg@version`, which refuses modules whose version list the proxy does not serve
       # (prometheus-adapter: "loading deprecation ... 403").
@@ -170,48 +194,59 @@ build_proxy_bins() {
       ) || { rm -rf "$scratch"; die "building $name failed"; }
       rm -rf "$scratch"
       printf '%s' "$key" >"$out.stamp"
+      built "$name" "$t0"
     fi
     exec {fd}>&-
   done
 }
 
-# kube-accel's own harnesses (tests/conformance/go/NAME): each go.mod's first line is
+# kube-accel's own harnesses (tests/conformance/go/NAME; every one, or those named): each go.mod's first line is
 # `// upstream: ARCHIVE MODULE` (or `// upstream: none` for one that needs only the module proxy); the build
 # points MODULE at the unpacked ARCHIVE with a replace directive, in a copy under the cache so the
-# checkout's go.mod stays free of machine paths.
+# checkout's go.mod stays free of machine paths. A lock per harness, as for PROXY_BINS.
 build_harnesses() {
-  local dir name stem mod src work out key
+  local dir name fd
   mkdir -p "$UP/bin"
   for dir in "$REPO"/tests/conformance/go/*/; do
-    if [ -f "$dir/upstream.txt" ]; then build_package_harness "${dir%/}"; continue; fi
-    [ -f "$dir/go.mod" ] || continue
     name=$(basename "$dir")
-    stem='' mod=''
-    read -r _ _ stem mod < <(head -1 "$dir/go.mod")
-    if [ "$stem" = none ]; then
-      src=''
-    else
-      [ -n "$stem" ] && [ -n "$mod" ] || die "$dir/go.mod: first line must be '// upstream: ARCHIVE MODULE' or '// upstream: none'"
-      unpack "$stem"
-      src="$UP/src/$stem"
-    fi
-    out="$UP/bin/ka-conform-$name"
-    key=$( { [ -z "$src" ] || cat "$src/.ka-stamp"; go env GOVERSION
-             cd "$dir" && find . -type f -print0 | sort -z | xargs -0 sha256sum; } | sha256sum | cut -c1-16)
-    [ -x "$out" ] && [ -f "$out.stamp" ] && [ "$(cat "$out.stamp")" = "$key" ] && continue
-    log "building harness ka-conform-$name (upstream: $stem)"
-    work="$UP/harness/$name"
-    rm -rf "$work" && mkdir -p "$work" && cp -r "$dir/." "$work/"
-    (
-      cd "$work"
-      [ -z "$src" ] || go mod edit -replace "$mod=$src"
-      # A harness on the module proxy alone keeps its go.sum in the repo and builds without tidy, which would
-      # download the whole module graph (Prometheus: about 3 min cold instead of 1.5).
-      if [ -n "$src" ] || [ ! -f go.sum ]; then go mod tidy; fi
-      go build -ldflags "-s -w" -o "$out" .
-    )
-    printf '%s' "$key" >"$out.stamp"
+    wanted "$name" "$@" || continue
+    exec {fd}>"$UP/bin/ka-conform-$name.lock"
+    flock "$fd"
+    if [ -f "$dir/upstream.txt" ]; then build_package_harness "${dir%/}"; else build_module_harness "${dir%/}"; fi
+    exec {fd}>&-
   done
+}
+
+build_module_harness() {
+  local dir=$1 name stem='' mod='' src work out key t0
+  name=$(basename "$dir")
+  [ -f "$dir/go.mod" ] || return 0
+  read -r _ _ stem mod < <(head -1 "$dir/go.mod")
+  if [ "$stem" = none ]; then
+    src=''
+  else
+    [ -n "$stem" ] && [ -n "$mod" ] || die "$dir/go.mod: first line must be '// upstream: ARCHIVE MODULE' or '// upstream: none'"
+    unpack "$stem"
+    src="$UP/src/$stem"
+  fi
+  out="$UP/bin/ka-conform-$name"
+  key=$( { [ -z "$src" ] || cat "$src/.ka-stamp"; go env GOVERSION
+           cd "$dir" && find . -type f -print0 | sort -z | xargs -0 sha256sum; } | sha256sum | cut -c1-16)
+  [ -x "$out" ] && [ -f "$out.stamp" ] && [ "$(cat "$out.stamp")" = "$key" ] && return 0
+  log "building harness ka-conform-$name (upstream: $stem)"
+  t0=$(date +%s)
+  work="$UP/harness/$name"
+  rm -rf "$work" && mkdir -p "$work" && cp -r "$dir/." "$work/"
+  (
+    cd "$work"
+    [ -z "$src" ] || go mod edit -replace "$mod=$src"
+    # A harness on the module proxy alone keeps its go.sum in the repo and builds without tidy, which would
+    # download the whole module graph (Prometheus: about 3 min cold instead of 1.5).
+    if [ -n "$src" ] || [ ! -f go.sum ]; then go mod tidy; fi
+    go build -ldflags "-s -w" -o "$out" .
+  )
+  printf '%s' "$key" >"$out.stamp"
+  built "ka-conform-$name" "$t0"
 }
 
 # Harnesses compiled into an upstream package (tests/conformance/go/NAME/upstream.txt: `archive ARCHIVE`,
@@ -222,7 +257,7 @@ build_harnesses() {
 # the binary from the archive's own vendor/ (the DRA driver's holds modules the proxy does not serve). Files that
 # differ from the archive's are new files, never edits of linked ones.
 build_package_harness() {
-  local dir=$1 name stem pkg src work out key extra=() line mod version moddir modsum pkgdir
+  local dir=$1 name stem pkg src work out key extra=() line mod version moddir modsum pkgdir t0
   name=$(basename "$dir")
   stem=$(awk '$1 == "archive" {print $2}' "$dir/upstream.txt")
   pkg=$(awk '$1 == "package" {print $2}' "$dir/upstream.txt")
@@ -235,6 +270,7 @@ build_package_harness() {
          | sha256sum | cut -c1-16)
   [ -x "$out" ] && [ -f "$out.stamp" ] && [ "$(cat "$out.stamp")" = "$key" ] && return 0
   log "building harness ka-conform-$name (upstream: $stem $pkg)"
+  t0=$(date +%s)
   work="$UP/harness/$name"
   rm -rf "$work" && mkdir -p "$UP/harness" && cp -al "$src" "$work"
   cp "$dir"/*_test.go "$work/$pkg/"
@@ -263,6 +299,7 @@ build_package_harness() {
   fi
   (cd "$work" && GOFLAGS="-trimpath -buildvcs=false -mod=vendor" go test -c -vet=off -ldflags "-s -w" -o "$out" "$pkg")
   printf '%s' "$key" >"$out.stamp"
+  built "ka-conform-$name" "$t0"
 }
 
 # The Prometheus Operator's ServiceMonitor and PrometheusRule CRDs, for a lab whose inventory asks for the DCGM
@@ -293,11 +330,28 @@ case "${1:-all}" in
   src) for e in "${ARCHIVES[@]}"; do unpack "$(field "$e" 0)"; done ;;
   bin) build_bins; build_proxy_bins ;;
   proxy) shift; build_proxy_bins "$@" ;;
-  harness) build_harnesses ;;
+  harness) shift; build_harnesses "$@" ;;
   crds) fetch_crds ;;
   path) unpack "$2" >/dev/null; printf '%s\n' "$UP/src/$2" ;;
   # The module settings every build here runs with (tests/unit/test_upstream_pins.py reads them back).
   goenv) go env GOSUMDB GOPROXY GONOSUMDB GOPRIVATE GONOPROXY GOINSECURE GOFLAGS; exit 0 ;;
+  lab-outputs)
+    # The binaries `lab` builds, one per line (tests/unit/test_upstream_pins.py checks the lab uses no other).
+    for stem in "${LAB_ARCHIVES[@]}"; do
+      for pair in $(field "$(entry "$stem")" 3); do printf '%s\n' "${pair#*=}"; done
+    done
+    check_lab_harnesses
+    for name in "${LAB_HARNESSES[@]}"; do printf 'ka-conform-%s\n' "$name"; done
+    exit 0
+    ;;
+  lab)
+    check_lab_harnesses
+    # Every archive is unpacked here, before the lanes split: tests in both read the sources.
+    for e in "${ARCHIVES[@]}"; do unpack "$(field "$e" 0)"; done
+    build_bins "${LAB_ARCHIVES[@]}"
+    build_harnesses "${LAB_HARNESSES[@]}"
+    fetch_crds
+    ;;
   all)
     for e in "${ARCHIVES[@]}"; do unpack "$(field "$e" 0)"; done
     build_bins
@@ -305,6 +359,6 @@ case "${1:-all}" in
     build_harnesses
     fetch_crds
     ;;
-  *) echo "usage: $0 [all|src|bin|proxy [NAME...]|harness|crds|path ARCHIVE|goenv]" >&2; exit 2 ;;
+  *) echo "usage: $0 [all|lab|lab-outputs|src|bin|proxy [NAME...]|harness [NAME...]|crds|path ARCHIVE|goenv]" >&2; exit 2 ;;
 esac
 log "ready in $UP"

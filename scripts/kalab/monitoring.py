@@ -58,7 +58,14 @@ def binary(name: str) -> Path:
     version = {"prometheus": gomod[gomod.index("github.com/prometheus/prometheus") + 1],
                "prometheus-adapter": pinned["PROMETHEUS_ADAPTER_VERSION"],
                "kube-state-metrics": pinned["KUBE_STATE_METRICS_VERSION"]}[name]
-    return UPSTREAM_BIN / f"{name}-{version.lstrip('v')}"
+    path = UPSTREAM_BIN / f"{name}-{version.lstrip('v')}"
+    # Built on demand: `make test` starts the lab tests before the other lane has built these (scripts/test.sh); the
+    # script's lock per output makes this wait for that build, or do it, and returns at once when it is current.
+    proc = subprocess.run([str(REPO / "scripts" / "upstream.sh"), "proxy", path.name], capture_output=True, text=True,
+                          check=False)
+    if proc.returncode != 0:
+        sys.exit(f"[lab] scripts/upstream.sh proxy {path.name} failed:\n{proc.stderr[-3000:]}")
+    return path
 
 
 def workdir(root: Path) -> Path:

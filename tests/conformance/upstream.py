@@ -3,7 +3,7 @@
 Evidence in this folder comes from upstream code at the versions the charts pin (../shared/upstream/README.md):
 its own binaries (flag parsers, config loaders), its own Go packages called by the harnesses in
 tests/conformance/go, its own chart and CRDs. A missing build is a failure that says how to make it, never a skip:
-`make test` builds everything first (scripts/toolchain.sh all -> scripts/upstream.sh all).
+`make test` builds everything before them (scripts/toolchain.sh all -> scripts/upstream.sh all, scripts/test.sh).
 """
 
 from __future__ import annotations

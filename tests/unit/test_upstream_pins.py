@@ -94,3 +94,52 @@ def test_go_runs_with_the_checksum_database_whatever_the_caller_says(tmp_path):
     assert sumdb == "sum.golang.org"
     assert (nosumdb, private, noproxy, insecure) == ("", "", "", "")
     assert "-insecure" not in flags
+
+
+# What the lab runs, by name: a binary under UPSTREAM_BIN in scripts/kalab, a harness by its ka-conform-* name, or a
+# binary a lab test runs through tests/conformance/upstream.py. (scripts/kalab/monitoring.py's binaries are built on
+# demand under the script's lock, by name; they are not in this set.)
+LAB_USES = re.compile(r'UPSTREAM_BIN / ["\']([\w.-]+)["\']|["\'](ka-conform-[\w-]+)["\']'
+                      r'|upstream\.(?:run|binary)\(["\']([\w.-]+)["\']')
+
+
+def lab_uses() -> dict[str, set[str]]:
+    files = [*sorted((REPO / "scripts" / "kalab").glob("*.py")), REPO / "tests" / "lab_fixture.py",
+             *sorted((REPO / "tests" / "integration").glob("*_lab.py"))]
+    used: dict[str, set[str]] = {}
+    for path in files:
+        for match in LAB_USES.finditer(path.read_text()):
+            name = next(g for g in match.groups() if g)
+            used.setdefault(name, set()).add(str(path.relative_to(REPO)))
+    return used
+
+
+def test_the_lab_lane_builds_everything_the_lab_runs(tmp_path):
+    """`make test` starts the lab tests once `upstream.sh lab` has built its set, with the rest still building in the
+    other lane (scripts/test.sh). A binary the lab runs that is not in that set would be there or not depending on
+    the race: the lab's code and lab tests name only what `lab` builds."""
+    proc = run(tmp_path, "lab-outputs")
+    assert proc.returncode == 0, proc.stderr
+    built = set(proc.stdout.split())
+    used = lab_uses()
+    # The scan finds what the lab is known to run (else it would pass by finding nothing).
+    assert {"config-manager", "hami-scheduler", "gpu-operator", "gpu-admission", "ka-conform-deviceplugin",
+            "ka-conform-dra-slices", "ka-conform-hami-config"} <= set(used)
+    missing = {name: sorted(files) for name, files in used.items() if name not in built}
+    assert not missing, f"the lab runs these, but `scripts/upstream.sh lab` does not build them (LAB_*): {missing}"
+
+
+def test_a_lab_harness_that_does_not_exist_is_refused(tmp_path):
+    """A renamed harness left in LAB_HARNESSES fails `lab` by name, instead of leaving the lab without it."""
+    script = tmp_path / "scripts" / "upstream.sh"
+    script.parent.mkdir()
+    script.write_text(SCRIPT.read_text().replace("LAB_HARNESSES=(deviceplugin ", "LAB_HARNESSES=(no-such-harness "))
+    for name in ("goenv.sh", "versions.env", "upstream.sha256"):
+        shutil.copy(REPO / "scripts" / name, script.parent / name)
+    promql = tmp_path / "tests" / "conformance" / "go" / "promql"  # where the script reads Prometheus's version
+    promql.mkdir(parents=True)
+    shutil.copy(REPO / "tests" / "conformance" / "go" / "promql" / "go.mod", promql)
+    proc = subprocess.run(["bash", str(script), "lab-outputs"], capture_output=True, text=True, timeout=60,
+                          check=False, env={**os.environ, "KA_CACHE": str(tmp_path / "cache")})
+    assert proc.returncode != 0
+    assert "LAB_HARNESSES names no-such-harness: there is no tests/conformance/go/no-such-harness" in proc.stderr

@@ -22,7 +22,6 @@ import subprocess
 from pathlib import Path
 
 import pytest
-import yaml
 from lab_fixture import LAB_INVENTORY, changed_lab_inventory, remove_changed_inventory, site_play
 from test_day2_lab import WORKLOADS, pinned_pod, running_pod, workloads  # noqa: F401 (fixture)
 
@@ -38,9 +37,6 @@ MIG_CONFIG = "nvidia.com/mig.config"
 def host(*argv: str) -> subprocess.CompletedProcess:
     return subprocess.run(["podman", *argv], capture_output=True, text=True, check=True)
 
-
-def node(lab, name: str) -> dict:
-    return json.loads(lab.kubectl_run("get", "node", name, "-o", "json").stdout)
 
 
 def ordered(out: str, *marks: str) -> list[int]:
@@ -77,7 +73,7 @@ def test_a_mig_geometry_removed_then_added_back(lab, mig_host, workloads, tmp_pa
     if subprocess.run(["podman", "exec", MIG, "test", "-e", "/etc/kube-accel/mig-geometry"], check=False).returncode:
         ready = site_play(lab, LAB_INVENTORY / "hosts.yml")
         assert ready.returncode == 0, ready.stdout[-4000:]
-    assert node(lab, MIG)["metadata"]["labels"].get(MIG_CONFIG, "all-disabled") != "all-disabled"
+    assert lab.node(MIG)["metadata"]["labels"].get(MIG_CONFIG, "all-disabled") != "all-disabled"
     tenant = pinned_pod(lab, "on-mig", MIG)
     bystander = pinned_pod(lab, "on-pgpu", BYSTANDER)
 
@@ -85,16 +81,11 @@ def test_a_mig_geometry_removed_then_added_back(lab, mig_host, workloads, tmp_pa
         for key in ("accel_mig_strategy", "accel_mig_owner", "accel_mig_geometry"):
             pool.pop(key)
 
-    # The pool's MIG settings removed (a copy of the lab inventory), and a second inventory source whose host variables
-    # (they take precedence over group_vars) read lab-mig-0's NVML facts from its state and keep the bystander's
-    # paths the strings the lab inventory gives them (relative to the inventory's directory: another string would be
-    # a changed input, and the bystander's host drained).
-    bystander_gpu = yaml.safe_load((LAB_INVENTORY / "group_vars" / "pool_pgpu.yml").read_text())["accel_lab_gpu"]
+    # The pool's MIG settings removed (a copy of the lab inventory), and a second inventory source whose host variable
+    # (it takes precedence over group_vars) reads lab-mig-0's NVML facts from its state. The copy gives the bystander's
+    # host the same inputs as the lab inventory (its paths are canonical): it is not drained.
     overlay = tmp_path / "mig-state.yml"
-    overlay.write_text(json.dumps({"all": {"hosts": {
-        MIG: {"accel_nvml_snapshot": str(state)},
-        BYSTANDER: {"accel_nvml_snapshot": f"{LAB_INVENTORY}/../../tests/data/nvml/{bystander_gpu}.json",
-                    "accel_kubeconfig": f"{LAB_INVENTORY}/../../.lab/kubeconfig"}}}}))
+    overlay.write_text(json.dumps({"all": {"hosts": {MIG: {"accel_nvml_snapshot": str(state)}}}}))
     try:
         removed = site_play(lab, changed_lab_inventory("pool_mig.yml", no_mig), "-i", str(overlay), *LIMIT)
     finally:
@@ -116,7 +107,7 @@ def test_a_mig_geometry_removed_then_added_back(lab, mig_host, workloads, tmp_pa
     # The cluster play: drained before the relabel that takes the geometry away; back in service at the end.
     drained = out.index("Cordon or drain a node whose sharing changes: drain")
     assert drained < out.index("pool_labels : Reconcile the labels and taints of every pool's nodes]")
-    after = node(lab, MIG)
+    after = lab.node(MIG)
     assert MIG_CONFIG not in after["metadata"]["labels"] or \
         after["metadata"]["labels"][MIG_CONFIG] == "all-disabled", after["metadata"]["labels"]
     assert not after["spec"].get("unschedulable"), f"{MIG} left cordoned"
@@ -133,12 +124,12 @@ def test_a_mig_geometry_removed_then_added_back(lab, mig_host, workloads, tmp_pa
     out = added.stdout
     assert added.returncode == 0, out[-6000:] + added.stderr[-2000:]
     assert host("exec", MIG, "cat", "/etc/kube-accel/mig-geometry").stdout.strip() == \
-        node(lab, MIG)["metadata"]["labels"][MIG_CONFIG]
+        lab.node(MIG)["metadata"]["labels"][MIG_CONFIG]
     drained = out.index("Cordon or drain a node whose sharing changes: drain")
     assert drained < out.index("pool_labels : Reconcile the labels and taints of every pool's nodes]")
-    last = json.loads(node(lab, MIG)["metadata"]["annotations"]["kube-accel.io/last-maintenance"])
+    last = json.loads(lab.node(MIG)["metadata"]["annotations"]["kube-accel.io/last-maintenance"])
     assert last["reason"].startswith("kube-accel: sharing changes: ") and MIG_CONFIG in last["reason"], last
-    assert not node(lab, MIG)["spec"].get("unschedulable"), f"{MIG} left cordoned"
+    assert not lab.node(MIG)["spec"].get("unschedulable"), f"{MIG} left cordoned"
     assert running_pod(lab, "on-mig") != tenant
     assert running_pod(lab, "on-pgpu") == bystander
     assert "releases: no leftover" in out

@@ -138,7 +138,8 @@ def test_unreachable_host_fails_alone(lab, converged):
     )
     try:
         # group_vars/all spells accel_kubeconfig from inventory_dir, which is this file's directory for lab-mps-gone:
-        # the same file under another spelling, which the preflight must take as the same cluster setting (bf98523).
+        # the same file, one setting for the preflight (the inventory makes the path canonical; bf98523 made the
+        # preflight compare paths as files, tests/unit/test_inventory_model.py).
         proc, recap = site(lab, "-i", str(REPO / "inventories" / "lab" / "hosts.yml"), "--tags", "preflight,hosts",
                            inventory=inventory)
     finally:

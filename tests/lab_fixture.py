@@ -47,6 +47,10 @@ class Lab:
                              capture_output=True, text=True, check=True).stdout
         return {r["name"]: r for r in json.loads(out)}
 
+    def node(self, name: str) -> dict:
+        """The Node object ``name`` as the API server has it now."""
+        return json.loads(self.kubectl_run("get", "node", name, "-o", "json").stdout)
+
     def namespace(self, name: str) -> None:
         """Create a namespace (if missing) and wait for its default ServiceAccount: pods are refused until the
         controller-manager's serviceaccount controller has made it, which takes a while on a loaded machine."""

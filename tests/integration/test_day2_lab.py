@@ -64,7 +64,7 @@ def switched():
 def pinned_pod(lab, name: str, node: str, namespace: str = WORKLOADS) -> str:
     """A Deployment's pod on ``node`` (tolerating the pool's taint, as a GPU workload there does): its UID once
     running (kwok runs it)."""
-    taints = json.loads(lab.kubectl_run("get", "node", node, "-o", "json").stdout)["spec"].get("taints") or []
+    taints = lab.node(node)["spec"].get("taints") or []
     deployment = {
         "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name, "namespace": namespace},
         "spec": {"replicas": 1, "selector": {"matchLabels": {"app": name}}, "template": {

@@ -64,9 +64,6 @@ def hami(lab):
     lab.kubectl_run("delete", "namespace", NS, "--wait=false", check=False)
 
 
-def node(lab, name: str) -> dict:
-    return json.loads(lab.kubectl_run("get", "node", name, "-o", "json").stdout)
-
 
 def device_config(lab, info) -> str:
     cm = json.loads(lab.kubectl_run("get", "configmap", f"{info['release']}-device-config", "-n", info["namespace"],
@@ -92,7 +89,7 @@ def test_registration_decodes_with_hamis_own_code(lab, hami, tmp_path):
     seen = set()
     for name in hami["nodes"]:
         path = tmp_path / f"{name}.json"
-        path.write_text(json.dumps(node(lab, name)))
+        path.write_text(json.dumps(lab.node(name)))
         proc = upstream.run("ka-conform-hami-config", "decode", str(path), str(cfg))
         assert proc.returncode == 0, proc.stderr
         devices = json.loads(proc.stdout)
@@ -110,7 +107,7 @@ def test_decoder_refuses_a_broken_registration(lab, hami, tmp_path):
     """The decode check can fail: a registration missing a field is refused by HAMi's decoder."""
     cfg = tmp_path / "device-config.yaml"
     cfg.write_text(device_config(lab, hami))
-    body = node(lab, hami["nodes"][0])
+    body = lab.node(hami["nodes"][0])
     body["metadata"]["annotations"]["hami.io/node-nvidia-register"] = "GPU-1,10,81559"
     path = tmp_path / "broken.json"
     path.write_text(json.dumps(body))
@@ -183,7 +180,7 @@ def test_hami_filters_binds_and_annotates(lab, hami):
             ann = p["metadata"]["annotations"]
             assert p["spec"]["schedulerName"] == hami["scheduler_name"]
             assert ann["hami.io/vgpu-node"] == p["spec"]["nodeName"] in hami["nodes"]
-            uuids = {d["id"] for d in json.loads(node(lab, p["spec"]["nodeName"])["metadata"]["annotations"][
+            uuids = {d["id"] for d in json.loads(lab.node(p["spec"]["nodeName"])["metadata"]["annotations"][
                 "hami.io/node-nvidia-register"])}
             uuid, vendor, mem, cores = first_device(ann)
             assert (uuid in uuids, vendor, mem, cores) == (True, "NVIDIA", "20000", "30")

@@ -48,9 +48,6 @@ def on_host(*paths: str) -> list[str]:
     return proc.stdout.split()
 
 
-def node(lab, name: str) -> dict:
-    return json.loads(lab.kubectl_run("get", "node", name, "-o", "json").stdout)
-
 
 def instances(lab, kind: str, namespaced: bool = True) -> set[str]:
     """The app.kubernetes.io/instance labels of every object of ``kind`` (in every namespace)."""
@@ -82,7 +79,7 @@ def left(lab):
                                    str(REPO / "ansible" / "decommission.yml"), "--limit", DECOMMISSIONED],
                                   cwd=REPO, env=env, capture_output=True, text=True, check=False, timeout=900)
     assert decommission.returncode == 0, decommission.stdout[-5000:] + decommission.stderr[-2000:]
-    after_decommission = {"node": node(lab, DECOMMISSIONED), "files": on_host(*HOST_FILES),
+    after_decommission = {"node": lab.node(DECOMMISSIONED), "files": on_host(*HOST_FILES),
                           "pods": {n: running_pod(lab, f"on-{n}", WORKLOADS) for n in pods}}
 
     without = site_play(lab, lab_inventory_without("pool_timeslice", "pool_vgpu_hami"), *TAGS)
@@ -125,11 +122,11 @@ def test_the_hami_pool_leaves_whole_and_the_other_pools_keep_scheduling(lab, lef
     assert running_pod(lab, f"on-{HAMI_NODES[0]}", WORKLOADS) != left["pods"][HAMI_NODES[0]]  # evicted by the drain
     assert running_pod(lab, f"on-{STAYS}", WORKLOADS) == left["pods"][STAYS]
     for name in HAMI_NODES:
-        now = node(lab, name)
+        now = lab.node(name)
         assert not set(accel_constants.LABELS.values()) & set(now["metadata"]["labels"]), now["metadata"]["labels"]
         assert not now["spec"].get("unschedulable"), f"{name} left cordoned"
     # The decommissioned node keeps the operator's cordon: only cordons for a change of sharing are lifted.
-    assert node(lab, DECOMMISSIONED)["spec"].get("unschedulable") is True
+    assert lab.node(DECOMMISSIONED)["spec"].get("unschedulable") is True
 
 
 def test_the_last_hosts_pool_release_goes_and_nothing_is_left(lab, left):

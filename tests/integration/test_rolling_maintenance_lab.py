@@ -192,7 +192,7 @@ def scenario(lab, tmp_path_factory):
     # lab-mig-0 reads a snapshot of the same GPU model with MIG mode off: its pool's geometry needs it on, since the
     # cluster play has labelled the node with the pool's nvidia.com/mig.config (mig-manager was told to turn it on).
     converge_cluster(lab, {"kube-accel-pgpu"})
-    assert json.loads(lab.kubectl_run("get", "node", MIG, "-o", "json").stdout)["metadata"]["labels"].get(
+    assert lab.node(MIG)["metadata"]["labels"].get(
         "nvidia.com/mig.config", "all-disabled") != "all-disabled"
     broken = work / "mig-off.yml"
     broken.write_text(

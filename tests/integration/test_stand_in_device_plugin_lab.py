@@ -38,17 +38,14 @@ def standin(lab):
     converge_cluster(lab, {"kube-accel-pgpu", "kube-accel-mps", "kube-accel-timeslice"}, namespace="kube-accel")
     for name in NODES:
         wait_for(f"{name} registered by the stand-in",
-                 lambda name=name: node(lab, name)["metadata"]["annotations"].get("kube-accel.lab/capacity")
+                 lambda name=name: lab.node(name)["metadata"]["annotations"].get("kube-accel.lab/capacity")
                  == DP_STANDIN, timeout=60)
     return root
 
 
-def node(lab, name: str) -> dict:
-    return json.loads(lab.kubectl_run("get", "node", name, "-o", "json").stdout)
-
 
 def gpu_capacity(lab, name: str) -> dict[str, str]:
-    return {k: v for k, v in node(lab, name)["status"]["allocatable"].items() if "/" in k}
+    return {k: v for k, v in lab.node(name)["status"]["allocatable"].items() if "/" in k}
 
 
 def applied(root: Path, name: str) -> str | None:
@@ -64,7 +61,7 @@ def sidecar_pid(root: Path, name: str) -> int | None:
 
 def test_each_node_got_the_config_its_label_names(lab, standin):
     for name in NODES:
-        label = node(lab, name)["metadata"]["labels"][LABEL]
+        label = lab.node(name)["metadata"]["labels"][LABEL]
         assert applied(standin, name) == label, name
         log = (standin / "procs" / f"config-manager-{name}.log").read_text()
         assert f"Label change detected: {LABEL}={label}" in log, log[-2000:]
@@ -72,7 +69,7 @@ def test_each_node_got_the_config_its_label_names(lab, standin):
 
 def test_a_label_naming_no_config_stops_the_sidecar_and_the_node_keeps_its_capacity(lab, standin):
     name = "lab-mps-0"
-    label = node(lab, name)["metadata"]["labels"][LABEL]
+    label = lab.node(name)["metadata"]["labels"][LABEL]
     before, pid = gpu_capacity(lab, name), sidecar_pid(standin, name)
     assert before and pid
     lab.kubectl_run("label", "node", name, "--overwrite", f"{LABEL}=mps-999")
@@ -97,6 +94,6 @@ def test_a_new_device_plugin_pod_gets_a_sidecar_of_its_own(lab, standin):
     (pod,) = pods
     lab.kubectl_run("delete", "pod", "-n", "kube-accel", pod["metadata"]["name"], "--wait=false")
     wait_for("a sidecar for the DaemonSet's new pod", lambda: sidecar_pid(standin, name) not in (None, pid), timeout=60)
-    wait_for("its config", lambda: applied(standin, name) == node(lab, name)["metadata"]["labels"][LABEL], timeout=30)
+    wait_for("its config", lambda: applied(standin, name) == lab.node(name)["metadata"]["labels"][LABEL], timeout=30)
     log = (standin / "procs" / "device-plugin-standin.log").read_text()
     assert log.count(f"config-manager-{name} started for pod") >= 2, log[-2000:]

@@ -155,13 +155,13 @@ case "${1:-all}" in
   lab)
     # What the local lab runs, no more (scripts/upstream.sh lab): `make test` starts the lab tests on it and builds
     # the rest (`all`) in its other lane (scripts/test.sh).
-    lanes k8s build_k8s helm build_helm tools "build_kwok; build_etcd; '$HERE/upstream.sh' lab" \
+    lanes k8s build_k8s helm build_helm tools 'build_kwok; build_etcd' upstream "'$HERE/upstream.sh' lab" \
       hosts "'$HERE/lab-host-image.sh' all"
     ;;
   all)
-    # Three lanes: Kubernetes; helm v3/v4; kwok, etcd, then the pinned upstream components the conformance tests
-    # run (tests/conformance). The host and Molecule images (apt, debootstrap: network and disk) go beside them.
-    lanes k8s build_k8s helm build_helm tools "build_kwok; build_etcd; '$HERE/upstream.sh' all" \
+    # Four lanes: Kubernetes; helm v3/v4; kwok and etcd; the pinned upstream components the lab and the conformance
+    # tests run (tests/conformance). The host and Molecule images (apt, debootstrap: network and disk) go beside them.
+    lanes k8s build_k8s helm build_helm tools 'build_kwok; build_etcd' upstream "'$HERE/upstream.sh' all" \
       hosts "'$HERE/lab-host-image.sh' all"
     ;;
   *) echo "usage: $0 [all|lab|go|helm|kwok|etcd|k8s|podman|image|molecule|upstream]" >&2; exit 2 ;;

@@ -78,10 +78,15 @@ PROXY_BINS=(
 # Operator's controller and gpu-admission; the harnesses the stand-ins load configs with (deviceplugin, dra-slices)
 # and the one test_hami_lab.py decodes HAMi's node annotation with (hami-config). The monitoring chain's Prometheus,
 # adapter and kube-state-metrics are built on demand by scripts/kalab/monitoring.py (`proxy NAME`).
-LAB_ARCHIVES=(k8s-device-plugin-v0.20.0 hami-v2.10.0 gpu-operator-v26.7.0 gpu-admission-47d56ae)
+LAB_BINS=(config-manager hami-scheduler gpu-operator gpu-admission)
 LAB_HARNESSES=(deviceplugin dra-slices hami-config)
-check_lab_harnesses() {
-  local name
+# A name in LAB_* that nothing builds (renamed, removed) fails `lab` by name instead of leaving the lab without it.
+check_lab_names() {
+  local name e pair outputs=' '
+  for e in "${ARCHIVES[@]}"; do for pair in $(field "$e" 3); do outputs+="${pair#*=} "; done; done
+  for name in "${LAB_BINS[@]}"; do
+    [[ $outputs == *" $name "* ]] || die "LAB_BINS names $name: no archive in ARCHIVES builds it"
+  done
   for name in "${LAB_HARNESSES[@]}"; do
     [ -d "$REPO/tests/conformance/go/$name" ] || die "LAB_HARNESSES names $name: there is no tests/conformance/go/$name"
   done
@@ -142,18 +147,18 @@ unpack() {
 
 build_key() { printf '%s %s %s' "$(cat "$1/.ka-stamp")" "$(go env GOVERSION)" "$2" | sha256sum | cut -c1-16; }
 
-# Upstream commands, built from their own module with their own go.mod and go.sum (every archive's, or those of
-# the archives named).
+# Upstream commands, built from their own module with their own go.mod and go.sum (every one, or those named).
 build_bins() {
-  local e stem src pair pkg out key t0
+  local e stem src pair pairs pkg out key t0
   mkdir -p "$UP/bin"
   for e in "${ARCHIVES[@]}"; do
     stem=$(field "$e" 0)
-    [ -n "$(field "$e" 3)" ] || continue
-    wanted "$stem" "$@" || continue
+    pairs=()
+    for pair in $(field "$e" 3); do wanted "${pair#*=}" "$@" && pairs+=("$pair"); done
+    [ ${#pairs[@]} -gt 0 ] || continue
     unpack "$stem"
     src="$UP/src/$stem"
-    for pair in $(field "$e" 3); do
+    for pair in "${pairs[@]}"; do
       pkg=${pair%%=*}; out="$UP/bin/${pair#*=}"
       key=$(build_key "$src" "$pkg")
       [ -x "$out" ] && [ -f "$out.stamp" ] && [ "$(cat "$out.stamp")" = "$key" ] && continue
@@ -337,18 +342,16 @@ case "${1:-all}" in
   goenv) go env GOSUMDB GOPROXY GONOSUMDB GOPRIVATE GONOPROXY GOINSECURE GOFLAGS; exit 0 ;;
   lab-outputs)
     # The binaries `lab` builds, one per line (tests/unit/test_upstream_pins.py checks the lab uses no other).
-    for stem in "${LAB_ARCHIVES[@]}"; do
-      for pair in $(field "$(entry "$stem")" 3); do printf '%s\n' "${pair#*=}"; done
-    done
-    check_lab_harnesses
+    check_lab_names
+    printf '%s\n' "${LAB_BINS[@]}"
     for name in "${LAB_HARNESSES[@]}"; do printf 'ka-conform-%s\n' "$name"; done
     exit 0
     ;;
   lab)
-    check_lab_harnesses
+    check_lab_names
     # Every archive is unpacked here, before the lanes split: tests in both read the sources.
     for e in "${ARCHIVES[@]}"; do unpack "$(field "$e" 0)"; done
-    build_bins "${LAB_ARCHIVES[@]}"
+    build_bins "${LAB_BINS[@]}"
     build_harnesses "${LAB_HARNESSES[@]}"
     fetch_crds
     ;;

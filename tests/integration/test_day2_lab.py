@@ -108,7 +108,7 @@ def test_a_pool_switched_from_mps_to_timeslice_leaves_nothing_behind(lab, switch
     assert "lab-pgpu-0" not in out[out.index("Cordon or drain a node whose sharing changes: cordon"):drained]
     assert running_pod(lab, "on-mps") != mps_pod  # evicted; its Deployment made another
     assert running_pod(lab, "on-pgpu") == bystander
-    node = json.loads(lab.kubectl_run("get", "node", "lab-mps-0", "-o", "json").stdout)
+    node = lab.node("lab-mps-0")
     assert not node["spec"].get("unschedulable"), "lab-mps-0 left cordoned"
     last = json.loads(node["metadata"]["annotations"]["kube-accel.io/last-maintenance"])
     assert last["reason"].startswith("kube-accel: sharing changes: "), last
@@ -116,7 +116,7 @@ def test_a_pool_switched_from_mps_to_timeslice_leaves_nothing_behind(lab, switch
     now = releases(lab)
     assert "kube-accel-mps" not in now and now["kube-accel-timeslice"] == "deployed", now
     assert "kube-accel-mps" not in daemonsets(lab)
-    labels = json.loads(lab.kubectl_run("get", "node", "lab-mps-0", "-o", "json").stdout)["metadata"]["labels"]
+    labels = lab.node("lab-mps-0")["metadata"]["labels"]
     assert labels["kube-accel.io/mode"] == "timeslice" and labels["nvidia.com/device-plugin.config"] == "timeslice-4"
     owned = json.loads(lab.kubectl_run("get", "configmap", "kube-accel-owned", "-n", "kube-accel", "-o",
                                        "json").stdout)["data"]["releases"]

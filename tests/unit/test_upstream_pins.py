@@ -129,11 +129,17 @@ def test_the_lab_lane_builds_everything_the_lab_runs(tmp_path):
     assert not missing, f"the lab runs these, but `scripts/upstream.sh lab` does not build them (LAB_*): {missing}"
 
 
-def test_a_lab_harness_that_does_not_exist_is_refused(tmp_path):
-    """A renamed harness left in LAB_HARNESSES fails `lab` by name, instead of leaving the lab without it."""
+@pytest.mark.parametrize(("old", "new", "refusal"), [
+    ("LAB_HARNESSES=(deviceplugin ", "LAB_HARNESSES=(no-such-harness ",
+     "LAB_HARNESSES names no-such-harness: there is no tests/conformance/go/no-such-harness"),
+    ("LAB_BINS=(config-manager ", "LAB_BINS=(config-mgr ",
+     "LAB_BINS names config-mgr: no archive in ARCHIVES builds it"),
+])
+def test_a_lab_name_nothing_builds_is_refused(tmp_path, old, new, refusal):
+    """A renamed binary or harness left in LAB_* fails `lab` by name, instead of leaving the lab without it."""
     script = tmp_path / "scripts" / "upstream.sh"
     script.parent.mkdir()
-    script.write_text(SCRIPT.read_text().replace("LAB_HARNESSES=(deviceplugin ", "LAB_HARNESSES=(no-such-harness "))
+    script.write_text(SCRIPT.read_text().replace(old, new))
     for name in ("goenv.sh", "versions.env", "upstream.sha256"):
         shutil.copy(REPO / "scripts" / name, script.parent / name)
     promql = tmp_path / "tests" / "conformance" / "go" / "promql"  # where the script reads Prometheus's version
@@ -142,4 +148,4 @@ def test_a_lab_harness_that_does_not_exist_is_refused(tmp_path):
     proc = subprocess.run(["bash", str(script), "lab-outputs"], capture_output=True, text=True, timeout=60,
                           check=False, env={**os.environ, "KA_CACHE": str(tmp_path / "cache")})
     assert proc.returncode != 0
-    assert "LAB_HARNESSES names no-such-harness: there is no tests/conformance/go/no-such-harness" in proc.stderr
+    assert refusal in proc.stderr

@@ -23,10 +23,10 @@ mol_log=$(mktemp -t ka-molecule.XXXXXX)
 # Scenarios are independent podman hosts with unique names: two at a time, longest first; worksteal lets the idle
 # worker take scenarios queued behind the long DKMS build. An unchanged scenario reuses its last green run on this
 # machine (README, "Test suite budget"); KA_MOLECULE_REUSE=0 runs them all.
-# At a lower CPU priority (nice 10, inherited by its podman hosts): the Molecule lane has slack, while the Go builds
-# and then the lab tests decide the total (a cold run: toolchain 2,030 s beside Molecule at equal priority).
-scripts/stage.sh molecule nice -n 10 "$py" -m pytest tests/molecule -n 2 --dist worksteal --durations=0 "${extra[@]}" \
-  >"$mol_log" 2>&1 &
+# At background CPU priority (scripts/background.sh): the Molecule lane has slack, while the Go builds and then the
+# lab tests decide the total.
+scripts/stage.sh molecule scripts/background.sh "$py" -m pytest tests/molecule -n 2 --dist worksteal --durations=0 \
+  "${extra[@]}" >"$mol_log" 2>&1 &
 mol_pid=$!
 
 # pytest as two processes side by side: the lab tests in one, in order (they share one lab, started by the first and
@@ -47,9 +47,9 @@ rc=0
 if scripts/stage.sh lab-tools scripts/toolchain.sh lab; then
   # Lint runs in the second lane, not before the lab tests: the lab lane is the longest, and waits on nothing.
   other_log=$(mktemp -t ka-pytest.XXXXXX)
-  # At a lower CPU priority than the lab lane (nice 10, as Molecule's): the lab lane decides the total and waits on
-  # pods and the API between its Ansible runs, which this lane's builds and tests fill (BENCHMARKS.md "Test suite").
-  { renice -n 10 -p "$BASHPID" >/dev/null
+  # At background CPU priority, as Molecule's lane (scripts/background.sh): the lab lane decides the total and waits
+  # on pods and the API between its Ansible runs, which this lane's builds and tests fill (BENCHMARKS.md "Test suite").
+  { scripts/background.sh --pid "$BASHPID"
     orc=0; scripts/stage.sh toolchain scripts/toolchain.sh all || orc=1
     scripts/stage.sh lint "${make[@]}" lint || orc=1
     scripts/stage.sh sanity "${make[@]}" sanity || orc=1

@@ -4,6 +4,7 @@ machine's kernel, as the script's own children see it (/proc/self/cgroup, nice).
 
 from __future__ import annotations
 
+import os
 import subprocess
 from pathlib import Path
 
@@ -18,7 +19,8 @@ def test_a_command_and_its_new_sessions_run_at_background_priority():
     proc = subprocess.run([str(SCRIPT), "sh", "-c", CHILD], capture_output=True, text=True, check=False, timeout=30)
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.split()
-    assert lines[0] == "10", proc.stdout
+    # nice -n 10 adds to the caller's value (make test runs this test in a lane that is itself at 10), up to 19.
+    assert lines[0] == str(min(19, os.nice(0) + 10)), proc.stdout
     if "no CPU cgroup to join" in proc.stderr:
         return  # not root, or no cpu controller: nice only, and the script said so
     assert any(line.endswith("/kube-accel-background") for line in lines[1:]), proc.stdout

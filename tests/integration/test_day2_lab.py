@@ -116,7 +116,7 @@ def test_a_pool_switched_from_mps_to_timeslice_leaves_nothing_behind(lab, switch
     now = releases(lab)
     assert "kube-accel-mps" not in now and now["kube-accel-timeslice"] == "deployed", now
     assert "kube-accel-mps" not in daemonsets(lab)
-    labels = lab.node("lab-mps-0")["metadata"]["labels"]
+    labels = node["metadata"]["labels"]
     assert labels["kube-accel.io/mode"] == "timeslice" and labels["nvidia.com/device-plugin.config"] == "timeslice-4"
     owned = json.loads(lab.kubectl_run("get", "configmap", "kube-accel-owned", "-n", "kube-accel", "-o",
                                        "json").stdout)["data"]["releases"]

@@ -38,7 +38,6 @@ def host(*argv: str) -> subprocess.CompletedProcess:
     return subprocess.run(["podman", *argv], capture_output=True, text=True, check=True)
 
 
-
 def ordered(out: str, *marks: str) -> list[int]:
     """Where each of ``marks`` first appears in ``out``, each after the one before it (-1 when missing there)."""
     at, found = 0, []
@@ -123,13 +122,14 @@ def test_a_mig_geometry_removed_then_added_back(lab, mig_host, workloads, tmp_pa
     added = site_play(lab, LAB_INVENTORY / "hosts.yml", *LIMIT)
     out = added.stdout
     assert added.returncode == 0, out[-6000:] + added.stderr[-2000:]
+    after = lab.node(MIG)
     assert host("exec", MIG, "cat", "/etc/kube-accel/mig-geometry").stdout.strip() == \
-        lab.node(MIG)["metadata"]["labels"][MIG_CONFIG]
+        after["metadata"]["labels"][MIG_CONFIG]
     drained = out.index("Cordon or drain a node whose sharing changes: drain")
     assert drained < out.index("pool_labels : Reconcile the labels and taints of every pool's nodes]")
-    last = json.loads(lab.node(MIG)["metadata"]["annotations"]["kube-accel.io/last-maintenance"])
+    last = json.loads(after["metadata"]["annotations"]["kube-accel.io/last-maintenance"])
     assert last["reason"].startswith("kube-accel: sharing changes: ") and MIG_CONFIG in last["reason"], last
-    assert not lab.node(MIG)["spec"].get("unschedulable"), f"{MIG} left cordoned"
+    assert not after["spec"].get("unschedulable"), f"{MIG} left cordoned"
     assert running_pod(lab, "on-mig") != tenant
     assert running_pod(lab, "on-pgpu") == bystander
     assert "releases: no leftover" in out

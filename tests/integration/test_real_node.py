@@ -48,8 +48,11 @@ def run(tmp_path_factory):
     env = {**os.environ, "XZ_FAST": "1", "PATH": f"/usr/local/go/bin:{os.environ['PATH']}", "E2E_PYTHON_VERSION": py}
     subprocess.run([str(REPO / "scripts" / "gpu-bundle.sh"), str(bundle)], env=env, check=True, timeout=1800)
     out = tmp_path_factory.mktemp("e2e")
+    # The script's own deadline (480 s) fits a lent GPU host's time; here it shares two cores with the lab lane, where
+    # the same steps took 478 s to reach the last one (CI of stop 41), so it gets room and the verdicts stay the test.
     proc = subprocess.run(["bash", str(bundle / "gpu-e2e.sh"), str(out)], capture_output=True, text=True, check=False,
-                          env={**os.environ, "E2E_NO_GPU": "1", "E2E_BUSYBOX_IP": "1"}, timeout=600)
+                          env={**os.environ, "E2E_NO_GPU": "1", "E2E_BUSYBOX_IP": "1", "E2E_DEADLINE_S": "1200"},
+                          timeout=1500)
     yield out, proc
     shutil.rmtree(bundle, ignore_errors=True)
 

@@ -347,7 +347,8 @@ def release(client: Any, ours: str, *, check_mode: bool = False) -> dict:
 
 # The detached renewer, run as `python -c RENEWER '<json>'` (the module's own files are gone once it returns).
 # It renews while the owner process lives and the lease is its own, releases the lease when the owner ends, and
-# stops renewing (without releasing) after max_hold seconds when it has no owner process to watch.
+# stops renewing (without releasing) after max_hold seconds when it has no owner process to watch, or once it has
+# failed to renew for longer than the lease's duration (the API gone: the lease has lapsed, another run may take it).
 RENEWER = r'''
 import json, os, sys, time
 from datetime import datetime, timezone
@@ -387,7 +388,7 @@ def write(lease, release):
     api.replace_namespaced_lease(name, ns, lease, _preload_content=False)
 
 deadline = time.time() + cfg["max_hold"]
-last = time.time()
+last = renewed = time.time()
 while True:
     # The owner is checked every second so the lock is given back within a second of the run's end; the lease
     # is written every interval.
@@ -403,10 +404,11 @@ while True:
         if lease is None or (lease.get("spec") or {}).get("holderIdentity") != ours:
             break
         write(lease, ending)
+        renewed = time.time()
         if ending:
             break
     except Exception:
-        if ending:
+        if ending or time.time() - renewed > cfg["duration"]:
             break
 '''
 

@@ -1,11 +1,14 @@
 """Unit tests for accel_lease: the run lock's decisions over the Lease object, acquire/release against an in-memory
-API with the same optimistic concurrency (resourceVersion), and the operator's message. The renewer and the real
-API are covered by tests/integration/test_run_lock_lab.py."""
+API with the same optimistic concurrency (resourceVersion), and the operator's message. The renewer against the real
+API is covered by tests/integration/test_run_lock_lab.py; here it meets an API server that is gone."""
 
 from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
+import time
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -182,3 +185,23 @@ def test_playbook_pid_is_found_among_the_ancestors_only():
 
 def test_renewer_script_compiles():
     compile(al.RENEWER, "<renewer>", "exec")
+
+
+@pytest.mark.parametrize("owner", ["none", "alive"])
+def test_renewer_stops_once_the_api_is_gone_for_a_lease_duration(tmp_path, owner):
+    # The real renewer script against a kubeconfig whose API server does not listen (port 9 on loopback): every
+    # read fails. Without an owner to watch it used to loop until max_hold (4 h here); with a live owner, forever.
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(json.dumps({
+        "apiVersion": "v1", "kind": "Config", "current-context": "gone",
+        "clusters": [{"name": "gone", "cluster": {"server": "http://127.0.0.1:9"}}],
+        "users": [{"name": "gone", "user": {"token": "x"}}],
+        "contexts": [{"name": "gone", "context": {"cluster": "gone", "user": "gone"}}]}))
+    pid = os.getpid() if owner == "alive" else None
+    cfg = {"kubeconfig": str(kubeconfig), "context": None, "namespace": "kube-accel", "name": "kube-accel-run",
+           "holder": OURS, "interval": 1, "duration": 3, "max_hold": 14400, "owner_pid": pid,
+           "owner_start_ticks": al.owner_start_ticks(pid) if pid else None}
+    began = time.monotonic()
+    subprocess.run([sys.executable, "-c", al.RENEWER, json.dumps(cfg)], check=True, timeout=60,
+                   capture_output=True)
+    assert 3 <= time.monotonic() - began < 60

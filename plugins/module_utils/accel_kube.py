@@ -36,3 +36,8 @@ def api_client(module, connections: int | None = None):
     # Named in the API server's audit log and metrics, rather than as the generic Python client.
     api.user_agent = f"kube-accel/{module._name or 'module'}"
     return api
+
+
+def api_error(subject: str, exc) -> str:
+    """An ApiException as one line for the operator: what was asked about, the status and the start of the body."""
+    return f"{subject}: the API server answered {exc.status} {exc.reason}: {(exc.body or '')[:500]}"

@@ -345,15 +345,17 @@ def rule_dra_sharing(ctx: Context) -> list[str]:
             "time-slice interval (v0.4.1 MigDeviceSharing: strategy and mpsConfig only): MIG devices time-slice "
             "at the default", "Default (or unset) on a pool with accel_mig_geometry"))
     if sharing == "mps":
-        for gpu in ctx.gpus:
-            cc = _version_tuple(gpu.get("compute_capability", ""))
-            if cc is not None and cc < MPS_MIN_COMPUTE_CAPABILITY:
-                problems.append(ctx.problem(
-                    "accel_dra_sharing", "mps",
-                    f"{_gpu_label(gpu)} has compute capability {gpu.get('compute_capability')} (pre-Volta)",
-                    "mps on compute capability 7.0 (Volta) or newer; exclusive or timeslice on older GPUs"))
-                break
+        problems += [ctx.problem("accel_dra_sharing", "mps", why,
+                                 "mps on compute capability 7.0 (Volta) or newer; exclusive or timeslice on older GPUs")
+                     for why in _pre_volta(ctx)[:1]]
     return problems
+
+
+def _pre_volta(ctx: Context) -> list[str]:
+    """Why MPS cannot serve each of the host's GPUs older than Volta (kube-accel refuses MPS there)."""
+    ccs = ((gpu, _version_tuple(gpu.get("compute_capability", ""))) for gpu in ctx.gpus)
+    older = [gpu for gpu, cc in ccs if cc is not None and cc < MPS_MIN_COMPUTE_CAPABILITY]
+    return [f"{_gpu_label(gpu)} has compute capability {gpu.get('compute_capability')} (pre-Volta)" for gpu in older]
 
 
 def rule_mig_exclusive(ctx: Context) -> list[str]:
@@ -396,15 +398,12 @@ def rule_mps(ctx: Context) -> list[str]:
     if raw is _UNSET:
         problems.append(ctx.problem("accel_mps_replicas", raw, "required with accel_mode mps",
                                     f"an integer {MPS_MIN_REPLICAS}..{MPS_MAX_REPLICAS} (MPS clients per GPU)"))
+    problems += [ctx.problem("accel_mode", "mps", why,
+                             "mps on compute capability 7.0 (Volta) or newer; use pgpu or vgpu on older GPUs")
+                 for why in _pre_volta(ctx)]
     seen = set()
     for gpu in ctx.gpus:
         cc = _version_tuple(gpu.get("compute_capability", ""))
-        if cc is not None and cc < MPS_MIN_COMPUTE_CAPABILITY:
-            problems.append(ctx.problem(
-                "accel_mode", "mps",
-                f"{_gpu_label(gpu)} has compute capability {gpu.get('compute_capability')} (pre-Volta)",
-                "mps on compute capability 7.0 (Volta) or newer; use pgpu or vgpu on older GPUs"))
-            continue
         limit = mps_max_clients(cc) if cc is not None else None
         if replicas is not None and limit is not None and replicas > limit and (gpu.get("name"), cc) not in seen:
             seen.add((gpu.get("name"), cc))

@@ -128,7 +128,7 @@ import os
 import traceback
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_kube import KUBE_ARGUMENT_SPEC, api_client
+from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_kube import KUBE_ARGUMENT_SPEC, api_client, api_error
 from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_lease import default_holder, find_playbook_pid
 from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_maintenance import (
     ConflictError,
@@ -223,10 +223,7 @@ def main():
                 module.check_mode,
             )
     except ApiException as exc:
-        module.fail_json(
-            msg=f"node {p['name'] or p['names']}: the API server answered {exc.status} {exc.reason}: "
-            f"{(exc.body or '')[:500]}"
-        )
+        module.fail_json(msg=api_error(f"node {p['name'] or p['names']}", exc))
     except ConflictError as exc:
         module.fail_json(msg=f"node {p['name']}: {exc}")
     except Exception as exc:  # noqa: BLE001 - an unreachable API server is reported, never a traceback

@@ -125,7 +125,7 @@ from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_drain import 
     outdated_on_delete,
     select_pods,
 )
-from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_kube import KUBE_ARGUMENT_SPEC, api_client
+from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_kube import KUBE_ARGUMENT_SPEC, api_client, api_error
 
 
 def outdated_pods(apps, pods: list[dict]) -> list[dict]:
@@ -203,7 +203,7 @@ def main():
     except Blocked as exc:
         module.fail_json(msg=f"node {name}: {exc}", changed=True)
     except ApiException as exc:
-        module.fail_json(msg=f"node {name}: the API server answered {exc.status} {exc.reason}: {(exc.body or '')[:500]}")
+        module.fail_json(msg=api_error(f"node {name}", exc))
     except Exception as exc:  # noqa: BLE001 - an unreachable API server is reported, never a traceback
         module.fail_json(msg=f"node {name}: cannot reach the API server: {exc}", exception=traceback.format_exc())
 

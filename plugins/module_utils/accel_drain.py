@@ -141,6 +141,12 @@ def drain(api, pods: list[dict], *, grace_period: int | None, timeout: float, di
 REVISION_LABEL = "controller-revision-hash"
 
 
+def daemonset_namespaces(pods: list[dict]) -> list[str]:
+    """The namespaces of the DaemonSets that control some of these pods: where outdated_on_delete's inputs live."""
+    return sorted({(pod.get("metadata") or {}).get("namespace") for pod in pods
+                   if ((_controller(pod) or {}).get("kind")) == "DaemonSet"})
+
+
 def outdated_on_delete(pods: list[dict], daemonsets: dict[str, dict], current: dict[str, str]) -> list[dict]:
     """The node's DaemonSet pods whose DaemonSet updates ``OnDelete`` and that run an older template than its newest
     ControllerRevision. ``daemonsets``: by UID; ``current``: DaemonSet UID -> its newest revision's hash. A drained node

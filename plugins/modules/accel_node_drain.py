@@ -120,6 +120,7 @@ import traceback
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_drain import (
     Blocked,
+    daemonset_namespaces,
     drain,
     newest_revisions,
     outdated_on_delete,
@@ -130,10 +131,8 @@ from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_kube import K
 
 def outdated_pods(apps, pods: list[dict]) -> list[dict]:
     """The node's pods of OnDelete DaemonSets that run an older template than their DaemonSet's newest revision."""
-    owners = {(p["metadata"]["namespace"], o["uid"]) for p in pods for o in p["metadata"].get("ownerReferences") or []
-              if o.get("controller") and o.get("kind") == "DaemonSet"}
     daemonsets, revisions = {}, []
-    for namespace in sorted({ns for ns, _uid in owners}):
+    for namespace in daemonset_namespaces(pods):
         for ds in json.loads(apps.list_namespaced_daemon_set(namespace, _preload_content=False).data)["items"]:
             daemonsets[ds["metadata"]["uid"]] = ds
         revisions += json.loads(apps.list_namespaced_controller_revision(namespace, _preload_content=False).data)["items"]

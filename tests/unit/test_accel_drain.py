@@ -80,3 +80,13 @@ def test_only_out_of_date_pods_of_on_delete_daemonsets_are_replaced():
     pods[0]["metadata"]["deletionTimestamp"] = "2026-11-27T06:00:00Z"
     assert outdated_on_delete(pods, daemonsets, current) == []
     assert outdated_on_delete([ds_pod("orphan", "gone", "x")], daemonsets, current) == []
+
+
+def test_daemonset_namespaces_are_those_of_controlling_daemonsets_only():
+    from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_drain import daemonset_namespaces
+
+    other = ds_pod("log-shipper", "ls", "a")
+    other["metadata"]["namespace"] = "logging"
+    owned_not_controlled = pod("sidecar", owner=None)
+    owned_not_controlled["metadata"].update(namespace="apps", ownerReferences=[{"kind": "DaemonSet", "uid": "u"}])
+    assert daemonset_namespaces([ds_pod("mps", "m", "a"), other, owned_not_controlled, pod("job")]) == ["logging", "ns"]

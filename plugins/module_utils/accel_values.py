@@ -275,29 +275,35 @@ def _cidr(value) -> str:
     return "" if "/" in value else "no prefix length (write /32 for one address)"
 
 
-def _reboot_serial(value) -> str:
-    if isinstance(value, list):
-        if not value:
-            return "an empty list"
-        return next((what for what in map(_reboot_serial, value) if what), "")
+def _count_or_percent(value, unit: str) -> str:
+    """One batch size: a count of ``unit`` (hosts, nodes) >= 1 or a percentage "1%".."100%"."""
     if isinstance(value, bool):
-        return f"{_kind(value)}, not a host count or percentage"
+        return f"{_kind(value)}, not a {unit} count or percentage"
     if isinstance(value, int):
-        return "" if value >= 1 else f"{value} is not a host count >= 1"
+        return "" if value >= 1 else f"{value} is not a {unit} count >= 1"
     if isinstance(value, str):
         match = REBOOT_PERCENT_RE.fullmatch(value)
         if match:
             return "" if 1 <= int(match.group(1)) <= 100 else f"{value!r} is not a percentage 1..100"
         if value.strip().isdigit():
-            return f"{_kind(value)}: write {value.strip()} without quotes for a host count"
-    return f"{_kind(value)}, neither a host count nor a percentage"
+            return f"{_kind(value)}: write {value.strip()} without quotes for a {unit} count"
+    return f"{_kind(value)}, neither a {unit} count nor a percentage"
+
+
+def _reboot_serial(value) -> str:
+    """Ansible's serial: one batch size, or a list of them (batches that grow)."""
+    if isinstance(value, list):
+        if not value:
+            return "an empty list"
+        return next((what for what in (_count_or_percent(one, "host") for one in value) if what), "")
+    return _count_or_percent(value, "host")
 
 
 def _max_unavailable(value) -> str:
     """A DaemonSet's rollingUpdate.maxUnavailable as kube-accel passes it: one count or percentage, never a list."""
     if isinstance(value, list):
         return f"{_kind(value)}: one node count or percentage"
-    return _reboot_serial(value).replace("host count", "node count")
+    return _count_or_percent(value, "node")
 
 
 def _https_url(value) -> str:

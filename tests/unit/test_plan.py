@@ -498,6 +498,10 @@ def test_names_namespaces_secrets_and_label_maps():
     ("accel_reboot_serial", [1, "ten"], "the string 'ten', neither a host count nor a percentage"),
     ("accel_reboot_serial", "3", "the string '3': write 3 without quotes for a host count"),
     ("accel_reboot_serial", [], "an empty list"),
+    ("accel_reboot_serial", [[1, 2]], "neither a host count nor a percentage"),  # Ansible's serial is one list deep
+    ("accel_rollout_max_unavailable", 0, "0 is not a node count >= 1"),
+    ("accel_rollout_max_unavailable", "5", "the string '5': write 5 without quotes for a node count"),
+    ("accel_rollout_max_unavailable", ["10%"], "one node count or percentage"),
     ("accel_reboot_max_fail_percentage", "half", "the string 'half', not an integer"),
     ("accel_reboot_max_fail_percentage", 101, "out of range"),
     ("accel_run_lock_wait", -1, "out of range"),

@@ -20,8 +20,8 @@ description:
     the next run then takes it over and says so (RV(previous_holder)).
   - When no ansible-playbook process is an ancestor (the module reached a host over ssh), the renewer renews until
     the lease is released or for at most O(max_hold) seconds.
-  - A renewer that cannot reach the API server for longer than O(lease_duration) stops: the lease has lapsed by then
-    and may be another run's.
+  - A renewer that cannot reach the API server for longer than O(lease_duration) stops, since the lease has lapsed by
+    then and may be another run's.
   - O(state=absent) releases the lease if this run holds it (the Lease object stays, without a holder).
   - An expired lease is taken over with an optimistic write (resourceVersion), so two runs racing for it cannot
     both win.

@@ -53,9 +53,9 @@ if scripts/stage.sh lab-tools scripts/toolchain.sh lab; then
     orc=0; scripts/stage.sh toolchain scripts/toolchain.sh all || orc=1
     scripts/stage.sh lint "${make[@]}" lint || orc=1
     scripts/stage.sh sanity "${make[@]}" sanity || orc=1
-    pytest_lane pytest -m "not lab" --durations=15 || orc=1; exit "$orc"; } >"$other_log" 2>&1 &
+    pytest_lane pytest -m "not lab" --durations=30 || orc=1; exit "$orc"; } >"$other_log" 2>&1 &
   other_pid=$!
-  pytest_lane pytest-lab -m lab --durations=25 || rc=1
+  pytest_lane pytest-lab -m lab --durations=40 || rc=1
   wait "$other_pid" || rc=1
   echo "== toolchain; lint; ansible-test sanity; unit, chart and conformance tests =="
   cat "$other_log"

@@ -8,23 +8,31 @@ carries exactly the labels the README lists (and the RuntimeClass it names exist
 Where the README says to label the nodes first (vgpu: its schedulers and certgen Jobs run off the pool's nodes), the
 test does, and checks that those components stayed off the node.
 The test also checks that every label it sets is named in the README section, so the documentation and this test
-cannot drift apart.
+cannot drift apart. dra-pools has no agents: it installs with its README's example values on a node labelled as the
+README says, beside the DRA driver the lab already runs (its values checked against the README), and a claim from
+its template is allocated on that node.
 
 Evidence: the lab's real kube-apiserver, DaemonSet controller and kube-scheduler placing the chart's pods (kwok runs
 them: no container runtime, so the runtime prerequisites in the README are not exercised here; `make gpu-e2e` does
-that on a real node); helm installing the packaged archive.
+that on a real node); helm installing the packaged archive; for dra-pools the real kube-scheduler allocating the
+claim from ResourceSlices the lab's DRA stand-in publishes (NVIDIA's driver code over a recorded A100).
 """
 
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import yaml
-from lab_fixture import wait_for
+from kalab.processes import stop_all
+from kalab.standins import start_dra_standin
+from lab_fixture import converge_cluster, wait_for
+from test_dra_lab import DRIVER, pod_claims
+from test_dra_lab import pod as dra_pod
 
 pytestmark = pytest.mark.lab
 
@@ -190,3 +198,77 @@ def test_the_monitoring_chart_from_its_archive_as_its_readme_says(lab, artifacts
     finally:
         helm(lab, "uninstall", release, "-n", namespace, "--wait", "--timeout", "2m")
         kubectl(lab, "delete", "namespace", namespace, "--wait=false", check=False)
+
+
+DRA_SNAPSHOT = REPO / "tests" / "data" / "nvml" / "a100-80gb.json"  # not the lab dra pool's H100: other GPU UUIDs
+
+
+def readme_values(section: str) -> dict:
+    """The values of the README's `helm install ... -f - <<'EOF'` example."""
+    start = section.index("<<'EOF'\n") + len("<<'EOF'\n")
+    return yaml.safe_load(section[start:section.index("\nEOF", start)])
+
+
+def slices_of(lab, node: str) -> list[dict]:
+    return json.loads(kubectl(lab, "get", "resourceslices", "--field-selector",
+                              f"spec.nodeName={node},spec.driver={DRIVER}", "-o", "json").stdout)["items"]
+
+
+def test_the_dra_pools_chart_from_its_archive_as_its_readme_says(lab, artifacts, bare_node, tmp_path):
+    """dra-pools has no agents of its own. Its README asks for NVIDIA's DRA driver with the kubelet plugin on
+    `kube-accel.io/dra=true` nodes (here the lab's driver release, whose values are checked against the README), the
+    node labels, the pool's GPU UUIDs and the claim namespaces. Given those and the README's example values, the
+    driver's kubelet plugin runs on the bare node, and a pod with a claim from the release's template gets the node's
+    GPU from the real kube-scheduler, with the pool's sharing config. The kubelet plugin's ResourceSlices come from
+    the lab's DRA stand-in (the driver's own enumeration and publishing code over a recorded A100), started for this
+    node only."""
+    section = helm_only_section("dra-pools")
+    labels = {"kube-accel.io/pool": POOL, "kube-accel.io/dra": "true"}
+    assert "`kube-accel.io/pool=<pool>`" in section and "`kube-accel.io/dra=true`" in section, section
+    for setting in ("resources.computeDomains.enabled=false", "gpuResourcesEnabledOverride=true"):
+        assert setting in section, f"charts/dra-pools/README.md 'Helm only' does not name {setting}"
+    converge_cluster(lab, {"kube-accel-dra-driver"}, namespace="kube-accel")
+    driver = json.loads(helm(lab, "get", "values", "kube-accel-dra-driver", "-n", "kube-accel", "-o", "json").stdout)
+    assert driver["resources"]["computeDomains"]["enabled"] is False and driver["gpuResourcesEnabledOverride"] is True
+    assert driver["kubeletPlugin"]["nodeSelector"] == {"kube-accel.io/dra": "true"}, driver["kubeletPlugin"]
+    uuid = json.loads(DRA_SNAPSHOT.read_text())["nvml"]["devices"][0]["uuid"]
+    values = readme_values(section)
+    (example,) = values["devicePools"]
+    assert set(example) == {"pool", "deviceClassName", "deviceType", "gpuUUIDs", "config"}, example
+    cls = f"kube-accel-{POOL}"  # the README's class name pattern; the guard allows claimGuard.classPrefix kube-accel-
+    values.update(pools=[POOL], claimTemplates={"namespaces": [NAMESPACE]})
+    example.update(pool=POOL, deviceClassName=cls, gpuUUIDs=[uuid])
+    (tmp_path / "values.yaml").write_text(yaml.safe_dump(values))
+    version = yaml.safe_load((REPO / "charts" / "dra-pools" / "Chart.yaml").read_text())["version"]
+    release = "helm-only-dra"
+    root = tmp_path / "standin"
+    root.mkdir()
+    shutil.copy(lab.kubeconfig, root / "kubeconfig")
+    kubectl(lab, "label", "node", NODE, "--overwrite", *[f"{k}={v}" for k, v in labels.items()])
+    try:
+        start_dra_standin(root, {NODE: {"snapshot": str(DRA_SNAPSHOT), "mig_geometry": None}})
+        devices = wait_for(f"the driver's kubelet plugin on {NODE} and its ResourceSlices", lambda: [
+            d for s in slices_of(lab, NODE) for d in s["spec"]["devices"]], timeout=120)
+        assert [d["attributes"]["uuid"]["string"] for d in devices] == [uuid], devices
+        kubectl(lab, "create", "namespace", NAMESPACE, check=False)  # "created beforehand"
+        installed = helm(lab, "install", release, str(artifacts / "charts" / f"dra-pools-{version}.tgz"), "-n",
+                         NAMESPACE, "-f", str(tmp_path / "values.yaml"), "--wait", "--timeout", "2m")
+        assert installed.returncode == 0, installed.stderr[-3000:]
+        body = dra_pod("dra-helm-only", NAMESPACE, {}, [{"name": "gpu", "resourceClaimTemplateName": cls}])
+        assert kubectl(lab, "create", "-f", "-", stdin=json.dumps(body)).returncode == 0
+        placed = wait_for("the pod to be scheduled", lambda: json.loads(kubectl(
+            lab, "get", "pod", "dra-helm-only", "-n", NAMESPACE, "-o", "json").stdout)["spec"].get("nodeName"),
+            timeout=60)
+        assert placed == NODE
+        (claimed,) = pod_claims(lab, NAMESPACE, "dra-helm-only")
+        (result,) = claimed["status"]["allocation"]["devices"]["results"]
+        assert (result["driver"], result["pool"], result["device"]) == (DRIVER, NODE, devices[0]["name"]), result
+        (config,) = claimed["status"]["allocation"]["devices"]["config"]
+        assert config["source"] == "FromClass" and config["opaque"]["parameters"] == example["config"], config
+    finally:
+        kubectl(lab, "delete", "pod", "dra-helm-only", "-n", NAMESPACE, "--wait=true", check=False)
+        helm(lab, "uninstall", release, "-n", NAMESPACE, "--wait", "--timeout", "2m")
+        kubectl(lab, "label", "node", NODE, *[f"{k}-" for k in labels], check=False)
+        # The plugin pod leaves the node; the stand-in then deletes its slices, as the kubelet would.
+        wait_for(f"{NODE}'s ResourceSlices gone", lambda: not slices_of(lab, NODE), timeout=60)
+        stop_all(root)

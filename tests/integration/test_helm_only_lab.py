@@ -235,6 +235,9 @@ def test_the_dra_pools_chart_from_its_archive_as_its_readme_says(lab, artifacts,
     values = readme_values(section)
     (example,) = values["devicePools"]
     assert set(example) == {"pool", "deviceClassName", "deviceType", "gpuUUIDs", "config"}, example
+    # The driver's alpha gate for the example's sharing, as the README's first item says.
+    gate = {"MPS": "MPSSupport", "TimeSlicing": "TimeSlicingSettings"}.get(example["config"]["sharing"]["strategy"])
+    assert gate is None or driver["featureGates"].get(gate) is True, driver["featureGates"]
     cls = f"kube-accel-{POOL}"  # the README's class name pattern; the guard allows claimGuard.classPrefix kube-accel-
     values.update(pools=[POOL], claimTemplates={"namespaces": [NAMESPACE]})
     example.update(pool=POOL, deviceClassName=cls, gpuUUIDs=[uuid])

@@ -31,7 +31,7 @@ import yaml
 from kalab.processes import stop_all
 from kalab.standins import start_dra_standin
 from lab_fixture import converge_cluster, wait_for
-from test_dra_lab import DRIVER, pod_claims
+from test_dra_lab import DRIVER, get, pod_claims, stand_in_devices
 from test_dra_lab import pod as dra_pod
 
 pytestmark = pytest.mark.lab
@@ -209,11 +209,6 @@ def readme_values(section: str) -> dict:
     return yaml.safe_load(section[start:section.index("\nEOF", start)])
 
 
-def slices_of(lab, node: str) -> list[dict]:
-    return json.loads(kubectl(lab, "get", "resourceslices", "--field-selector",
-                              f"spec.nodeName={node},spec.driver={DRIVER}", "-o", "json").stdout)["items"]
-
-
 def test_the_dra_pools_chart_from_its_archive_as_its_readme_says(lab, artifacts, bare_node, tmp_path):
     """dra-pools has no agents of its own. Its README asks for NVIDIA's DRA driver with the kubelet plugin on
     `kube-accel.io/dra=true` nodes (here the lab's driver release, whose values are checked against the README), the
@@ -250,22 +245,22 @@ def test_the_dra_pools_chart_from_its_archive_as_its_readme_says(lab, artifacts,
     kubectl(lab, "label", "node", NODE, "--overwrite", *[f"{k}={v}" for k, v in labels.items()])
     try:
         start_dra_standin(root, {NODE: {"snapshot": str(DRA_SNAPSHOT), "mig_geometry": None}})
-        devices = wait_for(f"the driver's kubelet plugin on {NODE} and its ResourceSlices", lambda: [
-            d for s in slices_of(lab, NODE) for d in s["spec"]["devices"]], timeout=120)
-        assert [d["attributes"]["uuid"]["string"] for d in devices] == [uuid], devices
+        devices = wait_for(f"the driver's kubelet plugin on {NODE} and its ResourceSlices",
+                           lambda: stand_in_devices(lab, NODE), timeout=120)
+        (((slice_pool, device), published),) = devices.items()
+        assert slice_pool == NODE and published["attributes"]["uuid"]["string"] == uuid, devices
         kubectl(lab, "create", "namespace", NAMESPACE, check=False)  # "created beforehand"
         installed = helm(lab, "install", release, str(artifacts / "charts" / f"dra-pools-{version}.tgz"), "-n",
                          NAMESPACE, "-f", str(tmp_path / "values.yaml"), "--wait", "--timeout", "2m")
         assert installed.returncode == 0, installed.stderr[-3000:]
         body = dra_pod("dra-helm-only", NAMESPACE, {}, [{"name": "gpu", "resourceClaimTemplateName": cls}])
         assert kubectl(lab, "create", "-f", "-", stdin=json.dumps(body)).returncode == 0
-        placed = wait_for("the pod to be scheduled", lambda: json.loads(kubectl(
-            lab, "get", "pod", "dra-helm-only", "-n", NAMESPACE, "-o", "json").stdout)["spec"].get("nodeName"),
-            timeout=60)
+        placed = wait_for("the pod to be scheduled",
+                          lambda: get(lab, "pod", "dra-helm-only", "-n", NAMESPACE)["spec"].get("nodeName"), timeout=60)
         assert placed == NODE
         (claimed,) = pod_claims(lab, NAMESPACE, "dra-helm-only")
         (result,) = claimed["status"]["allocation"]["devices"]["results"]
-        assert (result["driver"], result["pool"], result["device"]) == (DRIVER, NODE, devices[0]["name"]), result
+        assert (result["driver"], result["pool"], result["device"]) == (DRIVER, NODE, device), result
         (config,) = claimed["status"]["allocation"]["devices"]["config"]
         assert config["source"] == "FromClass" and config["opaque"]["parameters"] == example["config"], config
     finally:
@@ -273,5 +268,5 @@ def test_the_dra_pools_chart_from_its_archive_as_its_readme_says(lab, artifacts,
         helm(lab, "uninstall", release, "-n", NAMESPACE, "--wait", "--timeout", "2m")
         kubectl(lab, "label", "node", NODE, *[f"{k}-" for k in labels], check=False)
         # The plugin pod leaves the node; the stand-in then deletes its slices, as the kubelet would.
-        wait_for(f"{NODE}'s ResourceSlices gone", lambda: not slices_of(lab, NODE), timeout=60)
+        wait_for(f"{NODE}'s ResourceSlices gone", lambda: not stand_in_devices(lab, NODE), timeout=60)
         stop_all(root)

@@ -13,7 +13,8 @@
 
 Hosts are containers named ka-bench-*, started from the lab host image and removed at the end.
 Usage: tests/bench/bench_hosts.py [--sizes 1,4,12] [--skip-fleet] [--skip-overhead]
-                                  [--overhead-variants packages,dkms] [--connection NAME] [--keep]
+                                  [--overhead-variants packages,dkms] [--connection NAME]
+                                  [--enter nsenter,exec] [--keep]
 """
 
 from __future__ import annotations
@@ -104,29 +105,34 @@ def write_inventory(directory: Path, pools: dict[str, list[str]], host_vars: dic
     return path
 
 
-def fleet(sizes: list[int], work: Path) -> list[Row]:
+def fleet(sizes: list[int], work: Path, enters: tuple[str, ...] = ("nsenter",)) -> list[Row]:
+    """hosts.yml on fresh hosts, first run and re-run, per size; with more than one way into the lab hosts
+    (podman_pipelined's ``enter``: nsenter, exec), each on fresh hosts of its own, cases named "first (exec)" etc."""
     rows: list[Row] = []
     for size in sizes:
-        remove_hosts()
-        names = [f"{PREFIX}h{i:02d}" for i in range(1, size + 1)]
-        pools: dict[str, list[str]] = {}
-        for i, name in enumerate(names):
-            pools.setdefault(POOLS[i % len(POOLS)], []).append(name)
-        start_hosts(names)
-        inventory = write_inventory(REPO / "inventories" / f".tmp-bench-hosts-{size}", pools)
-        # A fact cache of its own: the cold run must not find facts from an earlier size or run.
-        env = ansible_env(ANSIBLE_CACHE_PLUGIN_CONNECTION=str(work / f"facts-{size}"))
-        for case in ("first", "rerun"):
-            log(f"fleet: hosts.yml on {size} host(s), {case}")
-            run = run_playbook("hosts.yml", inventory, env=env, log_to=work / f"fleet-{size}-{case}.log")
-            if case == "rerun" and run.total_changed:
-                sys.exit(f"[bench] the re-run on {size} hosts changed {run.changed}: not idempotent")
-            rows.append(Row("hosts", case, size, round(run.seconds, 2), run.total_changed,
-                            cpu_seconds=round(run.cpu_seconds, 1),
-                            controller_cpu_seconds=round(run.controller_cpu_seconds, 1)))
-            log(f"  {run.seconds:.1f} s, {run.cpu_seconds:.1f} CPU s ({run.controller_cpu_seconds:.1f} controller), "
-                f"changed={run.total_changed}")
-        shutil.rmtree(inventory.parent)
+        for enter in enters:
+            remove_hosts()
+            names = [f"{PREFIX}h{i:02d}" for i in range(1, size + 1)]
+            pools: dict[str, list[str]] = {}
+            for i, name in enumerate(names):
+                pools.setdefault(POOLS[i % len(POOLS)], []).append(name)
+            start_hosts(names)
+            inventory = write_inventory(REPO / "inventories" / f".tmp-bench-hosts-{size}", pools)
+            # A fact cache of its own: the cold run must not find facts from an earlier size or run.
+            env = ansible_env(ANSIBLE_CACHE_PLUGIN_CONNECTION=str(work / f"facts-{size}-{enter}"),
+                              KUBE_ACCEL_PODMAN_ENTER=enter)
+            for case in ("first", "rerun"):
+                label = case if enter == enters[0] else f"{case} ({enter})"
+                log(f"fleet: hosts.yml on {size} host(s), {label}")
+                run = run_playbook("hosts.yml", inventory, env=env, log_to=work / f"fleet-{size}-{case}-{enter}.log")
+                if case == "rerun" and run.total_changed:
+                    sys.exit(f"[bench] the re-run on {size} hosts changed {run.changed}: not idempotent")
+                rows.append(Row("hosts", label, size, round(run.seconds, 2), run.total_changed,
+                                cpu_seconds=round(run.cpu_seconds, 1),
+                                controller_cpu_seconds=round(run.controller_cpu_seconds, 1)))
+                log(f"  {run.seconds:.1f} s, {run.cpu_seconds:.1f} CPU s ({run.controller_cpu_seconds:.1f} "
+                    f"controller), changed={run.total_changed}")
+            shutil.rmtree(inventory.parent)
     remove_hosts()
     return rows
 
@@ -230,6 +236,8 @@ def main() -> None:
                         help="packages (driver packages only) and/or dkms (plus kernel headers and module build)")
     parser.add_argument("--keep", action="store_true", help="keep the work directory (playbook logs)")
     parser.add_argument("--connection", default="", help="Ansible connection for the hosts (default: the lab's)")
+    parser.add_argument("--enter", default="nsenter",
+                        help="podman_pipelined's ways into a host, compared side by side: nsenter and/or exec")
     args = parser.parse_args()
     global CONNECTION  # noqa: PLW0603 - one setting for the whole run
     CONNECTION = args.connection
@@ -237,14 +245,22 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="ka-bench-hosts-"))
     try:
         if not args.skip_fleet:
-            rows = fleet(sizes, work)
+            enters = tuple(args.enter.split(","))
+            rows = fleet(sizes, work, enters)
             write_rows("hosts", rows)
             by = {(r.case, r.size): r.seconds for r in rows}
+            cpu = {(r.case, r.size): r.cpu_seconds for r in rows}
             print(ratio_line(f"fleet {sizes[-1]} hosts / {sizes[0]} host", by["first", sizes[-1]],
                              by["first", sizes[0]], "<= 2x"))
             for size in sizes:
                 print(ratio_line(f"re-run / first run, {size} hosts", by["rerun", size], by["first", size],
                                  "<= 0.25x"))
+                for other in enters[1:]:
+                    for case in ("first", "rerun"):
+                        print(ratio_line(f"{case}, {size} hosts, wall: {enters[0]} / {other}", by[case, size],
+                                         by[f"{case} ({other})", size]))
+                        print(ratio_line(f"{case}, {size} hosts, machine CPU: {enters[0]} / {other}", cpu[case, size],
+                                         cpu[f"{case} ({other})", size]).replace(" s", " CPU-s"))
         if not args.skip_overhead:
             rows = overhead(work, args.overhead_variants.split(","))
             write_rows("overhead", rows)

@@ -82,10 +82,17 @@ def upgrade(lab, tmp_path_factory):
         pytest.fail(f"commit {commit} (0.1.0, CHANGELOG.md) is not in this clone's history: "
                     f"{archive.stderr.decode()[-500:]}")
     subprocess.run(["tar", "-x", "-C", str(old)], input=archive.stdout, check=True)
+    # The lab reaches its podman hosts through this checkout's connection plugin (nsenter, no podman per task), not
+    # 0.1.0's: how the lab enters a container is the lab's, not the release's (real hosts are reached over SSH).
+    hosts_yml = old / "inventories" / "lab" / "hosts.yml"
+    lab_hosts = hosts_yml.read_text()
+    assert "kube_accel.gpu.podman_pipelined" in lab_hosts, "0.1.0's lab inventory names another connection"
+    hosts_yml.write_text(lab_hosts.replace("kube_accel.gpu.podman_pipelined", "podman_pipelined"))
     bin_dir = Path(sys.executable).parent
     env = {**os.environ, "ANSIBLE_CONFIG": str(old / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1",
            # 0.1.0's collection (its .collections links to its checkout), the other collections from this venv.
            "ANSIBLE_COLLECTIONS_PATH": f"{old / '.collections'}:{REPO / '.venv/lib/python3.11/site-packages'}",
+           "ANSIBLE_CONNECTION_PLUGINS": str(REPO / "plugins" / "connection"),
            "PATH": f"{lab.helm.parent}:{bin_dir}:{os.environ['PATH']}"}
     installed = subprocess.run(
         [str(bin_dir / "ansible-playbook"), "-i", "inventories/lab/hosts.yml", "ansible/site.yml",

@@ -1,0 +1,106 @@
+"""The lab's connection plugin (plugins/connection/podman_pipelined.py) on a real podman container.
+
+It enters the container with nsenter and keeps the container's entry (ID, PID, mount point, environment) between
+tasks, so what must hold is what podman exec gave: the command runs inside (its hostname, its files, its
+environment, not the controller's), modules arrive on standard input, files go in and come back, and a container
+removed and started again under the same name is never confused with the one the cache remembers (the careless
+operator's lab restart). With enter=exec every command is a podman exec again.
+
+Evidence: ansible (this venv) against a container of the lab host image, podman's own view of the container.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+import bench_hosts  # noqa: E402
+from benchlib import VENV_BIN, ansible_env  # noqa: E402
+
+pytestmark = pytest.mark.podman
+LABEL = "kube-accel.test=podman-connection"
+HOST = "ka-pc-host"
+CONNECTION = "kube_accel.gpu.podman_pipelined"
+
+
+def ansible(module: str, args: str, tmp: Path, **env: str) -> dict:
+    """One ad-hoc module run on HOST; its result (the json callback's)."""
+    run_env = ansible_env(ANSIBLE_STDOUT_CALLBACK="ansible.posix.json", ANSIBLE_LOAD_CALLBACK_PLUGINS="1",
+                          ANSIBLE_LOCAL_TEMP=str(tmp / "local"), KA_SECRET_OF_THE_CONTROLLER="leak", **env)
+    run_env.pop("ANSIBLE_CALLBACKS_ENABLED")  # profile_tasks would print beside the JSON
+    proc = subprocess.run(
+        [str(VENV_BIN / "ansible"), "all", "-i", f"{HOST},", "-c", CONNECTION, "-m", module, "-a", args],
+        env=run_env, capture_output=True, text=True, check=False, cwd=REPO)
+    result = json.loads(proc.stdout)["plays"][0]["tasks"][0]["hosts"][HOST]
+    assert proc.returncode == 0, (proc.stdout[-3000:], proc.stderr[-3000:])
+    return result
+
+
+def start() -> str:
+    bench_hosts.remove_hosts(LABEL)
+    bench_hosts.start_hosts([HOST], label=LABEL)
+    return bench_hosts.podman("inspect", "--format", "{{.Id}}", HOST).stdout.decode().strip()
+
+
+@pytest.fixture
+def host():
+    if bench_hosts.podman("image", "exists", bench_hosts.versions()["HOST_IMAGE"], check=False).returncode:
+        pytest.fail("lab host image missing: run `make toolchain` first")
+    yield start()
+    bench_hosts.remove_hosts(LABEL)
+
+
+def cached(container_id: str) -> dict | None:
+    for path in Path("/tmp").glob("kube-accel-podman-*/" + HOST + ".json"):
+        entry = json.loads(path.read_text())
+        if entry["id"] == container_id:
+            return entry
+    return None
+
+
+def test_commands_run_inside_with_the_containers_environment(host, tmp_path):
+    out = ansible("ansible.builtin.shell", "hostname; cat /proc/1/comm; echo ${KA_SECRET_OF_THE_CONTROLLER:-none}",
+                  tmp_path)
+    assert out["stdout_lines"] == [HOST, "sleep", "none"], out
+    entry = cached(host)
+    assert entry and entry["pid"] == int(bench_hosts.podman("inspect", "--format", "{{.State.Pid}}", HOST)
+                                         .stdout.decode()), entry
+
+
+def test_files_go_in_and_come_back(host, tmp_path):
+    source = tmp_path / "in.txt"
+    source.write_text("from the controller\n")
+    ansible("ansible.builtin.copy", f"src={source} dest=/root/in.txt mode=0600", tmp_path)
+    assert bench_hosts.host_exec(HOST, "cat /root/in.txt").stdout == b"from the controller\n"
+    ansible("ansible.builtin.fetch", f"src=/root/in.txt dest={tmp_path}/back/ flat=true", tmp_path)
+    assert (tmp_path / "back" / "in.txt").read_text() == "from the controller\n"
+
+
+def test_a_container_started_again_under_the_same_name_is_the_one_reached(host, tmp_path):
+    ansible("ansible.builtin.command", "touch /root/first", tmp_path)
+    assert cached(host)
+    second = start()  # same name, new container: the cached PID is gone or another process's
+    assert second != host
+    out = ansible("ansible.builtin.shell", "ls /root/first 2>/dev/null || echo absent", tmp_path)
+    assert out["stdout"] == "absent", out
+    entry = cached(second)
+    assert entry
+    # A PID the kernel gave to another process since (here: this test's own): alive, but not the container's.
+    path = next(Path("/tmp").glob(f"kube-accel-podman-*/{HOST}.json"))
+    path.write_text(json.dumps({**entry, "pid": os.getpid()}))
+    assert ansible("ansible.builtin.command", "hostname", tmp_path)["stdout"] == HOST
+    assert cached(second)["pid"] == entry["pid"]
+
+
+def test_enter_exec_is_podman_exec(host, tmp_path):
+    # podman exec runs in the container's cgroup; nsenter leaves the command in the caller's.
+    cgroup = "grep -m1 libpod /proc/self/cgroup || echo outside"
+    via_exec = ansible("ansible.builtin.shell", cgroup, tmp_path, KUBE_ACCEL_PODMAN_ENTER="exec")["stdout"]
+    via_nsenter = ansible("ansible.builtin.shell", cgroup, tmp_path)["stdout"]
+    assert host in via_exec, via_exec
+    assert host not in via_nsenter, via_nsenter

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -55,12 +56,15 @@ def host():
     bench_hosts.remove_hosts(LABEL)
 
 
+def cache_file() -> Path:
+    """Where the plugin keeps HOST's entry (its CACHE)."""
+    return Path(tempfile.gettempdir()) / f"kube-accel-podman-{os.getuid()}" / f"{HOST}.json"
+
+
 def cached(container_id: str) -> dict | None:
-    for path in Path("/tmp").glob("kube-accel-podman-*/" + HOST + ".json"):
-        entry = json.loads(path.read_text())
-        if entry["id"] == container_id:
-            return entry
-    return None
+    """The plugin's cached entry for HOST, if it is that container's."""
+    entry = json.loads(cache_file().read_text()) if cache_file().exists() else None
+    return entry if entry and entry["id"] == container_id else None
 
 
 def test_commands_run_inside_with_the_containers_environment(host, tmp_path):
@@ -91,8 +95,7 @@ def test_a_container_started_again_under_the_same_name_is_the_one_reached(host, 
     entry = cached(second)
     assert entry
     # A PID the kernel gave to another process since (here: this test's own): alive, but not the container's.
-    path = next(Path("/tmp").glob(f"kube-accel-podman-*/{HOST}.json"))
-    path.write_text(json.dumps({**entry, "pid": os.getpid()}))
+    cache_file().write_text(json.dumps({**entry, "pid": os.getpid()}))
     assert ansible("ansible.builtin.command", "hostname", tmp_path)["stdout"] == HOST
     assert cached(second)["pid"] == entry["pid"]
 

@@ -260,7 +260,7 @@ def main() -> None:
                         print(ratio_line(f"{case}, {size} hosts, wall: {enters[0]} / {other}", by[case, size],
                                          by[f"{case} ({other})", size]))
                         print(ratio_line(f"{case}, {size} hosts, machine CPU: {enters[0]} / {other}", cpu[case, size],
-                                         cpu[f"{case} ({other})", size]).replace(" s", " CPU-s"))
+                                         cpu[f"{case} ({other})", size], unit="CPU-s"))
         if not args.skip_overhead:
             rows = overhead(work, args.overhead_variants.split(","))
             write_rows("overhead", rows)

@@ -169,6 +169,6 @@ def read_rows(path: Path) -> list[Row]:
         ]
 
 
-def ratio_line(label: str, num: float, den: float, target: str = "") -> str:
+def ratio_line(label: str, num: float, den: float, target: str = "", unit: str = "s") -> str:
     value = num / den if den else float("inf")
-    return f"{label}: {num:.1f} s / {den:.1f} s = {value:.2f}x" + (f" (target {target})" if target else "")
+    return f"{label}: {num:.1f} {unit} / {den:.1f} {unit} = {value:.2f}x" + (f" (target {target})" if target else "")

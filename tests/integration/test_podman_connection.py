@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -37,9 +36,8 @@ def ansible(module: str, args: str, tmp: Path, **env: str) -> dict:
     proc = subprocess.run(
         [str(VENV_BIN / "ansible"), "all", "-i", f"{HOST},", "-c", CONNECTION, "-m", module, "-a", args],
         env=run_env, capture_output=True, text=True, check=False, cwd=REPO)
-    result = json.loads(proc.stdout)["plays"][0]["tasks"][0]["hosts"][HOST]
     assert proc.returncode == 0, (proc.stdout[-3000:], proc.stderr[-3000:])
-    return result
+    return json.loads(proc.stdout)["plays"][0]["tasks"][0]["hosts"][HOST]
 
 
 def start() -> str:
@@ -57,8 +55,10 @@ def host():
 
 
 def cache_file() -> Path:
-    """Where the plugin keeps HOST's entry (its CACHE)."""
-    return Path(tempfile.gettempdir()) / f"kube-accel-podman-{os.getuid()}" / f"{HOST}.json"
+    """Where the plugin keeps HOST's entry."""
+    from ansible_collections.kube_accel.gpu.plugins.connection.podman_pipelined import CACHE  # noqa: PLC0415
+
+    return Path(CACHE) / f"{HOST}.json"
 
 
 def cached(container_id: str) -> dict | None:

@@ -10,8 +10,8 @@ short_description: Prove that each GPU pool offers what the inventory promised
 description:
   - Per pool, reads the nodes back and checks their labels, that the pool's release runs a Ready DaemonSet
     pod on each node, and that each node's allocatable shows the resource the mode promises.
-  - Then runs one short Job per pool requesting that pool's resource and checks that it lands on the pool
-    and completes. The Jobs are deleted afterwards, so the cluster is left as it was and the module reports
+  - Then runs one short Job per pool requesting that pool's resource, all pools' Jobs at once, and checks that each
+    lands on its pool and completes. The Jobs are deleted afterwards, so the cluster is left as it was and the module reports
     no change.
   - On a pool with C(scheduler_name) (HAMi pools), the Job's pod must carry HAMi's marks, proving HAMi's webhook
     and scheduler extender handled it.
@@ -68,7 +68,8 @@ options:
     elements: str
     default: [nvidia-smi, -L]
   job_timeout:
-    description: Seconds to wait for each Job to complete.
+    description: Seconds to wait for the Jobs to complete. Every pool's Job is created before any is waited for, so
+      they run side by side.
     type: int
     default: 120
   settle_timeout:
@@ -137,6 +138,7 @@ fake_nodes:
   type: int
 """
 
+import contextlib
 import time
 
 from ansible.module_utils.basic import AnsibleModule
@@ -174,7 +176,8 @@ def pod_ready(pod) -> bool:
     return any(c.type == "Ready" and c.status == "True" for c in (pod.status.conditions or []))
 
 
-def run_job(batch, core, p, pool) -> tuple[str, list[str], list]:
+def start_job(batch, core, p, pool) -> dict:
+    """Create the pool's verify Job (after its predecessor of an earlier run is gone); what finish_job needs."""
     # The preflight refuses a pool name that would make this name invalid (accel_values "pool_name").
     name = POOL_DERIVED_NAMES["verify Job"].format(pool=pool["pool"])
     ns = p["namespace"]
@@ -195,16 +198,22 @@ def run_job(batch, core, p, pool) -> tuple[str, list[str], list]:
     # every state they had is read back from a watch that starts where the namespace's claims stood before the Job.
     since = claims_version(core, ns) if dra else None
     batch.create_namespaced_job(ns, body)
-    deadline = time.time() + p["job_timeout"]
+    return {"name": name, "since": since}
+
+
+def finish_job(batch, core, p, pool, job: dict, deadline: float) -> tuple[str, list[str], list]:
+    """Wait until the pool's verify Job completes, fails or ``deadline`` passes; its summary, problems and pods. The
+    Job is deleted whatever happens."""
+    name, ns, dra = job["name"], p["namespace"], pool.get("dra")
     problems: list[str] = []
     status = "timeout"
     try:
         while time.time() < deadline:
-            job = batch.read_namespaced_job(name, ns)
-            if job.status.succeeded:
+            state = batch.read_namespaced_job(name, ns)
+            if state.status.succeeded:
                 status = "completed"
                 break
-            if job.status.failed:
+            if state.status.failed:
                 status = "failed"
                 break
             time.sleep(1)
@@ -220,13 +229,26 @@ def run_job(batch, core, p, pool) -> tuple[str, list[str], list]:
         summary = f"{status} on {','.join(nodes)}" if nodes else status
         if dra:
             # Read before the Job goes: its pod's claims (made from the pool's template) go with it.
-            claims = claims_of(core, ns, since, {pd.metadata.name for pd in pods})
+            claims = claims_of(core, ns, job["since"], {pd.metadata.name for pd in pods})
             dra_found, allocated = dra_claims(core.api_client, pods, claims, pool)
             problems += dra_found
             summary += f", claim allocated {', '.join(allocated)}" if allocated else ""
         return summary, problems, pods
     finally:
+        job["finished"] = True
         batch.delete_namespaced_job(name, ns, propagation_policy="Background")
+
+
+def start_jobs(batch, core, p) -> dict[int, dict | ApiException]:
+    """Every pool's verify Job at once (by the pool's index; an API error in its place): they run side by side, so a
+    run with many pools waits about one Job's time, not one per pool."""
+    started: dict[int, dict | ApiException] = {}
+    for index, pool in enumerate(p["pools"]):
+        try:
+            started[index] = start_job(batch, core, p, pool)
+        except ApiException as exc:
+            started[index] = exc
+    return started
 
 
 def leftover_releases(core, namespace: str, wanted: list) -> list[str]:
@@ -367,61 +389,72 @@ def main():
         time.sleep(2)
 
     rows, problems = [], []
-    fake = sum(c["fake"] for c in checked)
-    inventory = sum(c["inventory"] for c in checked)
-    total = sum(len(pool["nodes"]) for pool in p["pools"])
-    # Fake nodes of dra pools: no device plugin registers anything there (the stand-in publishes ResourceSlices).
-    dra_fake = sum(c["fake"] for pool, c in zip(p["pools"], checked) if pool.get("dra"))  # noqa: B905 - Python 3.9
-    for index, pool in enumerate(p["pools"]):
-        c = checked[index]  # indexed, not zip(strict=True): modules run on Python 3.9 too
-        row = {"pool": pool["pool"], "mode": pool["mode"], "nodes": len(pool["nodes"])}
-        found = c["found"]
-        pool_problems = [item for items in found.values() for item in items]
-        for key, items in found.items():
-            row[key] = "ok" if not items else f"{len(items)} problem(s)"
-        if c["inventory"] == len(pool["nodes"]) and pool["nodes"]:
-            row["allocatable"] = STAND_IN
-        if operator_ns and "operands" in pool and "operator" not in found:
-            row["operator"] = NOT_INSTALLED
-        if pool.get("dra"):
-            # The DRA driver publishes a dra node's GPUs as ResourceSlices (its kubelet plugin; in the lab its
-            # stand-in, named here as the evidence).
-            slices = resource_slices(kube)
-            found_slices, publishers = [], set()
-            for node in pool["nodes"]:
-                # Not ``fake``: that counts the fake nodes for the table's note.
-                is_fake = (((nodes.get(node) and nodes[node].metadata.annotations) or {}).get(FAKE_NODE_ANNOTATION)
-                           == "fake")
-                node_problems, by = dra_slice_problems(node, slices, pool["dra"]["driver"], is_fake)
-                found_slices += node_problems
-                publishers |= {by} if by else set()
-            row["slices"] = (f"published by {', '.join(sorted(publishers))}" if not found_slices
-                             else f"{len(found_slices)} problem(s)")
-            pool_problems += found_slices
-        scheduler_name = pool.get("scheduler_name")
-        if p["run_jobs"] and not module.check_mode:
-            try:
-                row["job"], job_problems, job_pods = run_job(batch, core, p, pool)
-            except ApiException as exc:
-                row["job"], job_problems, job_pods = "error", [
-                    f"pool {pool['pool']}: verify Job: {exc.status} {exc.reason}"], []
-            if scheduler_name:
-                hami = [x for pd in job_pods for x in hami_problems(
-                    pool["pool"], {"name": pd.metadata.name, "scheduler": pd.spec.scheduler_name,
-                                   "node": pd.spec.node_name, "annotations": pd.metadata.annotations}, scheduler_name)]
-                if not job_pods:
-                    hami.append(f"pool {pool['pool']}: the verify Job made no pod for HAMi to schedule")
-                row["hami"] = "ok" if not hami else f"{len(hami)} problem(s)"
-                job_problems += hami
-            pool_problems += job_problems
-        else:
-            row["job"] = "skipped (check mode)" if module.check_mode else "skipped"
-            if scheduler_name:
-                row["hami"] = "skipped"
-        row["result"] = "FAIL" if pool_problems else "PASS"
-        problems += pool_problems
-        rows.append(row)
-    table = render_table(rows, fake, total, inventory, dra_fake)
+    jobs = start_jobs(batch, core, p) if p["run_jobs"] and not module.check_mode else {}
+    job_deadline = time.time() + p["job_timeout"]
+    try:
+        fake = sum(c["fake"] for c in checked)
+        inventory = sum(c["inventory"] for c in checked)
+        total = sum(len(pool["nodes"]) for pool in p["pools"])
+        # Fake nodes of dra pools: no device plugin registers anything there (the stand-in publishes ResourceSlices).
+        dra_fake = sum(c["fake"] for pool, c in zip(p["pools"], checked) if pool.get("dra"))  # noqa: B905 - Python 3.9
+        for index, pool in enumerate(p["pools"]):
+            c = checked[index]  # indexed, not zip(strict=True): modules run on Python 3.9 too
+            row = {"pool": pool["pool"], "mode": pool["mode"], "nodes": len(pool["nodes"])}
+            found = c["found"]
+            pool_problems = [item for items in found.values() for item in items]
+            for key, items in found.items():
+                row[key] = "ok" if not items else f"{len(items)} problem(s)"
+            if c["inventory"] == len(pool["nodes"]) and pool["nodes"]:
+                row["allocatable"] = STAND_IN
+            if operator_ns and "operands" in pool and "operator" not in found:
+                row["operator"] = NOT_INSTALLED
+            if pool.get("dra"):
+                # The DRA driver publishes a dra node's GPUs as ResourceSlices (its kubelet plugin; in the lab its
+                # stand-in, named here as the evidence).
+                slices = resource_slices(kube)
+                found_slices, publishers = [], set()
+                for node in pool["nodes"]:
+                    # Not ``fake``: that counts the fake nodes for the table's note.
+                    is_fake = (((nodes.get(node) and nodes[node].metadata.annotations) or {}).get(FAKE_NODE_ANNOTATION)
+                               == "fake")
+                    node_problems, by = dra_slice_problems(node, slices, pool["dra"]["driver"], is_fake)
+                    found_slices += node_problems
+                    publishers |= {by} if by else set()
+                row["slices"] = (f"published by {', '.join(sorted(publishers))}" if not found_slices
+                                 else f"{len(found_slices)} problem(s)")
+                pool_problems += found_slices
+            scheduler_name = pool.get("scheduler_name")
+            if p["run_jobs"] and not module.check_mode:
+                job = jobs[index]
+                try:
+                    if isinstance(job, ApiException):
+                        raise job
+                    row["job"], job_problems, job_pods = finish_job(batch, core, p, pool, job, job_deadline)
+                except ApiException as exc:
+                    row["job"], job_problems, job_pods = "error", [
+                        f"pool {pool['pool']}: verify Job: {exc.status} {exc.reason}"], []
+                if scheduler_name:
+                    hami = [x for pd in job_pods for x in hami_problems(
+                        pool["pool"], {"name": pd.metadata.name, "scheduler": pd.spec.scheduler_name,
+                                       "node": pd.spec.node_name, "annotations": pd.metadata.annotations}, scheduler_name)]
+                    if not job_pods:
+                        hami.append(f"pool {pool['pool']}: the verify Job made no pod for HAMi to schedule")
+                    row["hami"] = "ok" if not hami else f"{len(hami)} problem(s)"
+                    job_problems += hami
+                pool_problems += job_problems
+            else:
+                row["job"] = "skipped (check mode)" if module.check_mode else "skipped"
+                if scheduler_name:
+                    row["hami"] = "skipped"
+            row["result"] = "FAIL" if pool_problems else "PASS"
+            problems += pool_problems
+            rows.append(row)
+        table = render_table(rows, fake, total, inventory, dra_fake)
+    finally:
+        for job in jobs.values():  # those an error above left running (finish_job deletes its own)
+            if isinstance(job, dict) and not job.get("finished"):
+                with contextlib.suppress(ApiException):
+                    batch.delete_namespaced_job(job["name"], p["namespace"], propagation_policy="Background")
     if p["releases"] is not None:
         leftovers = leftover_releases(core, p["namespace"], p["releases"])
         problems += [f"release {name} is still deployed but no pool or setting wants it (leftover)"

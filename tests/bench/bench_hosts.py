@@ -14,7 +14,7 @@
 Hosts are containers named ka-bench-*, started from the lab host image and removed at the end.
 Usage: tests/bench/bench_hosts.py [--sizes 1,4,12] [--skip-fleet] [--skip-overhead]
                                   [--overhead-variants packages,dkms] [--connection NAME]
-                                  [--enter nsenter,exec] [--keep]
+                                  [--enter nsenter,exec] [--compile-cache on,off] [--keep]
 """
 
 from __future__ import annotations
@@ -105,12 +105,25 @@ def write_inventory(directory: Path, pools: dict[str, list[str]], host_vars: dic
     return path
 
 
-def fleet(sizes: list[int], work: Path, enters: tuple[str, ...] = ("nsenter",)) -> list[Row]:
-    """hosts.yml on fresh hosts, first run and re-run, per size; with more than one way into the lab hosts
-    (podman_pipelined's ``enter``: nsenter, exec), each on fresh hosts of its own, cases named "first (exec)" etc."""
+def ways(enters: list[str], caches: list[str]) -> list[tuple[str, dict[str, str]]]:
+    """podman_pipelined's settings to compare, each a name and its environment: every ``enter`` (nsenter, exec) with
+    every ``compile_cache`` (on, off; nsenter only)."""
+    found = []
+    for enter in enters:
+        for cache in caches if enter == "nsenter" else caches[:1]:
+            name = enter if cache == caches[0] else f"{enter}, compile cache {cache}"
+            found.append((name, {"KUBE_ACCEL_PODMAN_ENTER": enter,
+                                 "KUBE_ACCEL_PODMAN_COMPILE_CACHE": "true" if cache == "on" else "false"}))
+    return found
+
+
+def fleet(sizes: list[int], work: Path, variants: list[tuple[str, dict[str, str]]]) -> list[Row]:
+    """hosts.yml on fresh hosts, first run and re-run, per size; with more than one of podman_pipelined's settings
+    (``ways``), each on fresh hosts of its own, cases named "first (exec)" etc."""
     rows: list[Row] = []
     for size in sizes:
-        for enter in enters:
+        for index, (way, settings) in enumerate(variants):
+            tag = f"v{index}"  # file names: the way's name has spaces
             remove_hosts()
             names = [f"{PREFIX}h{i:02d}" for i in range(1, size + 1)]
             pools: dict[str, list[str]] = {}
@@ -119,12 +132,11 @@ def fleet(sizes: list[int], work: Path, enters: tuple[str, ...] = ("nsenter",)) 
             start_hosts(names)
             inventory = write_inventory(REPO / "inventories" / f".tmp-bench-hosts-{size}", pools)
             # A fact cache of its own: the cold run must not find facts from an earlier size or run.
-            env = ansible_env(ANSIBLE_CACHE_PLUGIN_CONNECTION=str(work / f"facts-{size}-{enter}"),
-                              KUBE_ACCEL_PODMAN_ENTER=enter)
+            env = ansible_env(ANSIBLE_CACHE_PLUGIN_CONNECTION=str(work / f"facts-{size}-{tag}"), **settings)
             for case in ("first", "rerun"):
-                label = case if enter == enters[0] else f"{case} ({enter})"
+                label = case if index == 0 else f"{case} ({way})"
                 log(f"fleet: hosts.yml on {size} host(s), {label}")
-                run = run_playbook("hosts.yml", inventory, env=env, log_to=work / f"fleet-{size}-{case}-{enter}.log")
+                run = run_playbook("hosts.yml", inventory, env=env, log_to=work / f"fleet-{size}-{case}-{tag}.log")
                 if case == "rerun" and run.total_changed:
                     sys.exit(f"[bench] the re-run on {size} hosts changed {run.changed}: not idempotent")
                 rows.append(Row("hosts", label, size, round(run.seconds, 2), run.total_changed,
@@ -238,6 +250,8 @@ def main() -> None:
     parser.add_argument("--connection", default="", help="Ansible connection for the hosts (default: the lab's)")
     parser.add_argument("--enter", default="nsenter",
                         help="podman_pipelined's ways into a host, compared side by side: nsenter and/or exec")
+    parser.add_argument("--compile-cache", default="on",
+                        help="podman_pipelined's compile cache with nsenter, compared side by side: on and/or off")
     args = parser.parse_args()
     global CONNECTION  # noqa: PLW0603 - one setting for the whole run
     CONNECTION = args.connection
@@ -245,8 +259,8 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="ka-bench-hosts-"))
     try:
         if not args.skip_fleet:
-            enters = tuple(args.enter.split(","))
-            rows = fleet(sizes, work, enters)
+            variants = ways(args.enter.split(","), args.compile_cache.split(","))
+            rows = fleet(sizes, work, variants)
             write_rows("hosts", rows)
             by = {(r.case, r.size): r.seconds for r in rows}
             cpu = {(r.case, r.size): r.cpu_seconds for r in rows}
@@ -255,11 +269,12 @@ def main() -> None:
             for size in sizes:
                 print(ratio_line(f"re-run / first run, {size} hosts", by["rerun", size], by["first", size],
                                  "<= 0.25x"))
-                for other in enters[1:]:
+                for other, _ in variants[1:]:
+                    base = variants[0][0]
                     for case in ("first", "rerun"):
-                        print(ratio_line(f"{case}, {size} hosts, wall: {enters[0]} / {other}", by[case, size],
+                        print(ratio_line(f"{case}, {size} hosts, wall: {base} / {other}", by[case, size],
                                          by[f"{case} ({other})", size]))
-                        print(ratio_line(f"{case}, {size} hosts, machine CPU: {enters[0]} / {other}", cpu[case, size],
+                        print(ratio_line(f"{case}, {size} hosts, machine CPU: {base} / {other}", cpu[case, size],
                                          cpu[f"{case} ({other})", size], unit="CPU-s"))
         if not args.skip_overhead:
             rows = overhead(work, args.overhead_variants.split(","))

@@ -11,6 +11,7 @@ Evidence: ansible (this venv) against a container of the lab host image, podman'
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import subprocess
@@ -107,3 +108,39 @@ def test_enter_exec_is_podman_exec(host, tmp_path):
     via_nsenter = ansible("ansible.builtin.shell", cgroup, tmp_path)["stdout"]
     assert host in via_exec, via_exec
     assert host not in via_nsenter, via_nsenter
+
+
+def test_modules_get_the_compile_cache_and_keep_the_hosts_python_as_it_was(host, tmp_path):
+    """The compile cache (option compile_cache): a module's code compiled once, kept on the controller, and read back
+    by the next run; an entry broken on the controller is compiled again; the module's own environment and the host's
+    own sitecustomize stay as they were."""
+    pyc = tmp_path / "pyc"
+    env = {"KUBE_ACCEL_PODMAN_COMPILE_CACHE_DIR": str(pyc)}
+    magic = bench_hosts.host_exec(HOST, "python3 -c 'import importlib.util; print(importlib.util.MAGIC_NUMBER.hex())'")
+    entries = pyc / magic.stdout.decode().strip()
+    # The host's sitecustomize (Debian's, which the cache's hook shadows on the path) still runs: here it marks the
+    # environment the module's command inherits.
+    bench_hosts.host_exec(HOST, "p=$(python3 -c 'import sitecustomize; print(sitecustomize.__file__)') && "
+                                "echo 'import os; os.environ[\"KA_HOST_SITECUSTOMIZE\"] = \"ran\"' >> \"$p\"")
+    probe = "echo ${KA_HOST_SITECUSTOMIZE:-skipped} ${PYTHONPATH:-no-pythonpath}"
+    out = ansible("ansible.builtin.shell", probe, tmp_path, **env)
+    assert out["stdout"] == "ran no-pythonpath", out
+    # Compiled from the module's zip and kept: ansible's basic.py among them, keyed by its source.
+    from ansible.module_utils import basic as basic_py  # noqa: PLC0415
+
+    basic = hashlib.sha256(Path(basic_py.__file__).read_bytes()).hexdigest()
+    assert (entries / basic).is_file(), sorted(p.name for p in entries.iterdir())
+    assert sorted(p.name for p in pyc.iterdir()) == sorted(["sitecustomize.py", entries.name, "__pycache__"])
+    # Read back, not compiled again: an entry is never rewritten while it loads.
+    kept = {p.name: p.stat().st_mtime_ns for p in entries.iterdir()}
+    assert ansible("ansible.builtin.shell", probe, tmp_path, **env)["stdout"] == "ran no-pythonpath"
+    assert {p.name: p.stat().st_mtime_ns for p in entries.iterdir()} == kept
+    # An entry broken on the controller: the module still runs, from a fresh compile that replaces it.
+    (entries / basic).write_bytes(b"not marshal data")
+    assert ansible("ansible.builtin.shell", probe, tmp_path, **env)["stdout"] == "ran no-pythonpath"
+    assert (entries / basic).read_bytes() != b"not marshal data"
+    # Off: nothing is kept.
+    off = tmp_path / "off"
+    ansible("ansible.builtin.shell", probe, tmp_path, KUBE_ACCEL_PODMAN_COMPILE_CACHE="false",
+            KUBE_ACCEL_PODMAN_COMPILE_CACHE_DIR=str(off))
+    assert not off.exists()

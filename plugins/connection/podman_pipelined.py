@@ -20,10 +20,10 @@ description:
   - Entered with C(nsenter), a module that Ansible sends on standard input finds a compile cache (O(compile_cache)).
     Python's zipimport compiles the source of every module and module_util from the module's zip on each run (twice
     per file on Python 3.11-3.13, once for its file name and once for its code), a quarter of all CPU time of a lab
-    C(site.yml) re-run, sampled with py-spy. The cache keeps each compiled file, keyed by its source's SHA-256, in a directory on the
-    controller that the module's Python reaches through an inherited file descriptor and finds first on its
-    C(PYTHONPATH), as a C(sitecustomize) that removes itself from the path and the environment and then runs the
-    host's own C(sitecustomize). Nothing is written into the container.
+    C(site.yml) re-run, sampled with py-spy. The cache keeps each compiled file, keyed by its source's SHA-256, in a
+    directory on the controller that the module's Python reaches through an inherited file descriptor and finds first
+    on its C(PYTHONPATH), as a C(sitecustomize) that removes itself from the path and the environment and then runs
+    the host's own C(sitecustomize). Nothing is written into the container.
   - Used by the lab and the benchmarks only; real GPU hosts are reached over SSH, where ansible.cfg enables
     pipelining too.
 author: kube-accel contributors
@@ -151,17 +151,21 @@ def _install():
         try:
             with open(path, "rb") as entry:
                 code = marshal.loads(entry.read())
-        except (OSError, EOFError, ValueError, TypeError):
-            code = compile_source(pathname, source)
-            try:
-                os.makedirs(cache, exist_ok=True)
-                with open(f"{path}.{os.getpid()}", "wb") as entry:
-                    entry.write(marshal.dumps(code))
-                os.replace(f"{path}.{os.getpid()}", path)
-            except OSError:
-                pass
+            _imp._fix_co_filename(code, pathname)  # TypeError unless a code object
             return code
-        _imp._fix_co_filename(code, pathname)
+        except (OSError, EOFError, ValueError, TypeError):
+            pass
+        code = compile_source(pathname, source)
+        try:
+            os.makedirs(cache, exist_ok=True)
+            # A name of its own: hosts' PIDs repeat (each container has its PID namespace), and an entry is renamed
+            # into place whole, so no reader meets a partly written one.
+            part = f"{path}.{os.urandom(8).hex()}"
+            with os.fdopen(os.open(part, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb") as entry:
+                entry.write(marshal.dumps(code))
+            os.replace(part, path)
+        except OSError:
+            pass
         return code
 
     zipimport._compile_source = cached

@@ -11,8 +11,8 @@ description:
   - Per pool, reads the nodes back and checks their labels, that the pool's release runs a Ready DaemonSet
     pod on each node, and that each node's allocatable shows the resource the mode promises.
   - Then runs one short Job per pool requesting that pool's resource, all pools' Jobs at once, and checks that each
-    lands on its pool and completes. The Jobs are deleted afterwards, so the cluster is left as it was and the module reports
-    no change.
+    lands on its pool and completes. The Jobs are deleted afterwards, so the cluster is left as it was and the
+    module reports no change.
   - On a pool with C(scheduler_name) (HAMi pools), the Job's pod must carry HAMi's marks, proving HAMi's webhook
     and scheduler extender handled it.
   - With O(operator_namespace), the GPU Operator's operand pods (its DCGM exporter and MIG manager DaemonSets) must
@@ -436,7 +436,8 @@ def main():
                 if scheduler_name:
                     hami = [x for pd in job_pods for x in hami_problems(
                         pool["pool"], {"name": pd.metadata.name, "scheduler": pd.spec.scheduler_name,
-                                       "node": pd.spec.node_name, "annotations": pd.metadata.annotations}, scheduler_name)]
+                                       "node": pd.spec.node_name, "annotations": pd.metadata.annotations},
+                        scheduler_name)]
                     if not job_pods:
                         hami.append(f"pool {pool['pool']}: the verify Job made no pod for HAMi to schedule")
                     row["hami"] = "ok" if not hami else f"{len(hami)} problem(s)"

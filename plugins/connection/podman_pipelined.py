@@ -184,6 +184,16 @@ except Exception:
 """
 
 
+def _write_whole(path: str, text: str) -> None:
+    """``text`` into ``path`` (its directory made 0700), renamed into place whole: parallel workers write these files
+    and read them."""
+    os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path))
+    with os.fdopen(fd, "w", encoding="utf-8") as out_file:
+        out_file.write(text)
+    os.replace(tmp, path)
+
+
 def _alive(entry: dict) -> bool:
     """The cached PID is still the container's first process (a PID is reused; its cgroup names the container)."""
     try:
@@ -230,11 +240,7 @@ class Connection(PodmanConnection):
                  "mount": to_native(mount).strip()}
         if rc != 0 or not _alive(entry):
             return None
-        os.makedirs(CACHE, mode=0o700, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=CACHE)
-        with os.fdopen(fd, "w", encoding="utf-8") as out_file:
-            json.dump(entry, out_file)
-        os.replace(tmp, path)  # atomic: parallel workers may look the same container up
+        _write_whole(path, json.dumps(entry))
         return entry
 
     def _compile_cache(self) -> int | None:
@@ -250,11 +256,7 @@ class Connection(PodmanConnection):
             except OSError:
                 same = False
             if not same:
-                os.makedirs(pyc, mode=0o700, exist_ok=True)
-                fd, tmp = tempfile.mkstemp(dir=pyc)
-                with os.fdopen(fd, "w", encoding="utf-8") as out_file:
-                    out_file.write(COMPILE_CACHE_HOOK)
-                os.replace(tmp, hook)
+                _write_whole(hook, COMPILE_CACHE_HOOK)
             return os.open(pyc, os.O_RDONLY | os.O_DIRECTORY)
         except OSError:
             return None

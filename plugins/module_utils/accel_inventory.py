@@ -131,14 +131,15 @@ VARIABLES: dict[str, dict] = {
                                              minimum=0, maximum=100),
     "accel_gpu_operator_enabled": _var("cluster", "bool", "Deploy the NVIDIA GPU Operator (MIG manager, DCGM "
                                        "exporter).", default=False),
-    "accel_gpu_operator_chart": _var("cluster", "str", "GPU Operator chart repository URL or path.",
+    "accel_gpu_operator_chart": _var("cluster", "str", "GPU Operator chart: an https:// repository, an oci:// "
+                                     "reference or a local chart path.",
                                      default="https://helm.ngc.nvidia.com/nvidia", grammar="chart_source",
                                      applies=OPERATOR),
     "accel_gpu_operator_chart_version": _var("cluster", "str", "GPU Operator chart version.",
                                              default=GPU_OPERATOR_VERSION, grammar="chart_version", applies=OPERATOR),
     "accel_gpu_operator_chart_fallback": _var("cluster", "str", "Local GPU Operator chart (directory or .tgz on "
-                                              "the cluster host) installed when the accel_gpu_operator_chart "
-                                              "repository does not answer; empty skips the install then, with a "
+                                              "the cluster host) installed when accel_gpu_operator_chart "
+                                              "does not answer; empty skips the install then, with a "
                                               "message.", grammar="path", applies=OPERATOR),
     "accel_gpu_operator_service_monitor": _var("cluster", "bool", "Create a Prometheus ServiceMonitor for the "
                                                "DCGM exporter (it drops the target's namespace/pod/container "

@@ -6,6 +6,8 @@ SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
+# The venv's site-packages, as a shell expression for recipes (the venv may not exist when make reads this file).
+PURELIB = $$($(BIN)/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
 KA_CACHE ?= $(HOME)/.cache/kube-accel
 export PATH := $(KA_CACHE)/bin:$(CURDIR)/$(BIN):$(PATH)
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
@@ -40,10 +42,10 @@ $(VENV_STAMP): pyproject.toml $(UV)
 	# Bytecode now, once: uv compiles none, and where PYTHONDONTWRITEBYTECODE is set (as on the machines here) every Python
 	# process would compile what it imports again (ansible-lint 157 s -> 90 s, importing kubernetes 2.6 -> 1.0 s;
 	# BENCHMARKS.md). Not ansible_collections/: Ansible's collection loader compiles those from source regardless.
-	$(BIN)/python -m compileall -q -j 0 -x '/ansible_collections/' "$$($(BIN)/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+	$(BIN)/python -m compileall -q -j 0 -x '/ansible_collections/' "$(PURELIB)"
 	# kube-accel's code imports as the collection it is (ansible_collections.kube_accel.gpu...) in this venv's Python:
 	# tests, lab scripts and kube-accel-gpucheck; .collections/ansible_collections/kube_accel/gpu links to the checkout.
-	echo "$(CURDIR)/.collections" > "$$($(BIN)/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/kube_accel_collection.pth"
+	echo "$(CURDIR)/.collections" > "$(PURELIB)/kube_accel_collection.pth"
 	rm -f $(VENV)/.stamp-* && touch $@
 
 $(CHECKOV_STAMP): pyproject.toml $(UV)

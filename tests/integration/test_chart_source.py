@@ -20,10 +20,11 @@ from pathlib import Path
 
 import pytest
 import yaml
+from chartlib import tool
 
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
-HELM = Path(os.environ.get("KA_CACHE", Path.home() / ".cache" / "kube-accel")) / "bin" / "helm"
+HELM = tool("helm")  # the toolchain's pinned helm (or KUBE_ACCEL_HELM, else PATH)
 CHART = yaml.safe_load((REPO / "charts" / "pgpu" / "Chart.yaml").read_text())
 
 PLAY = """
@@ -51,14 +52,14 @@ class Quiet(SimpleHTTPRequestHandler):
 
 @pytest.fixture(scope="module")
 def repo_url(tmp_path_factory):
-    if not HELM.exists():
-        pytest.skip(f"{HELM} missing: `make toolchain` builds it")
+    if HELM is None:
+        pytest.skip("helm missing: `make toolchain` builds it")
     served = tmp_path_factory.mktemp("chart-repo")
-    subprocess.run([str(HELM), "package", str(REPO / "charts" / "pgpu"), "-d", str(served)], check=True,
+    subprocess.run([HELM, "package", str(REPO / "charts" / "pgpu"), "-d", str(served)], check=True,
                    capture_output=True)
     server = ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Quiet, directory=str(served)))
     url = f"http://127.0.0.1:{server.server_port}"
-    subprocess.run([str(HELM), "repo", "index", str(served), "--url", url], check=True, capture_output=True)
+    subprocess.run([HELM, "repo", "index", str(served), "--url", url], check=True, capture_output=True)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     yield url
     server.shutdown()
@@ -80,7 +81,7 @@ def find(tmp_path: Path, chart: str, *args: str, fallback: str = "") -> tuple[su
     extra = {"chart_source_chart": chart, "chart_source_name": CHART["name"], "chart_source_version": CHART["version"],
              "chart_source_archive": f"{CHART['name']}-{CHART['version']}.tgz",
              "chart_source_download_dir": str(tmp_path / "charts"), "chart_source_fallback": fallback,
-             "chart_source_helm_binary": str(HELM), "chart_source_pull_timeout": 30,
+             "chart_source_helm_binary": HELM, "chart_source_pull_timeout": 30,
              "chart_source_what": "Test chart", "chart_source_settings": "accel_test",
              "chart_source_skipped_means": "Nothing is installed.", "result_file": str(result)}
     env = {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1"}

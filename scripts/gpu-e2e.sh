@@ -421,6 +421,14 @@ label_node() { # label_node POOL [PREVIOUS_POOL]: the pool's labels as the clust
   mapfile -t args < <(python3 -c 'import json,sys; [print(f"{k}={v}") for k, v in json.load(open(sys.argv[1]))["labels"].items()]' "$HERE/render/$1/node.json")
   kubectl label node "$NODE" --overwrite "${args[@]}"
 }
+agent_logs() { # agent_logs DIR: keep every kube-accel pod's log in DIR; true once each agent printed its config
+  local r
+  rm -f "$1"/agent-*.log
+  for r in $(kubectl -n kube-accel get pods -o name); do
+    kubectl -n kube-accel logs "$r" --all-containers --prefix >"$1/agent-${r#pod/}.log" 2>&1
+  done
+  python3 "$HERE/check.py" --agents-loaded "$1"
+}
 hold_resource() { # hold_resource POOL: the resource its pods request (render.py's expect.json)
   python3 -c 'import json,sys; print(next(iter(json.load(open(sys.argv[1]))["request"])))' "$HERE/render/$1/expect.json"
 }
@@ -447,9 +455,9 @@ run_pool() {
   kubectl get node "$NODE" -o json >"$dir/node-status.json"
   kubectl -n kube-accel get pods -o wide >"$dir/agents.txt"
   kubectl -n kube-accel get pods -o json >"$dir/agents.json"
-  for r in $(kubectl -n kube-accel get pods -o name); do
-    kubectl -n kube-accel logs "$r" --all-containers --prefix >"$dir/agent-${r#pod/}.log" 2>&1
-  done
+  # The agents print the config they loaded soon after they start; a rolled-out pod on a loaded machine may not have
+  # yet (CI of 2026-11-28: an MPS pool's logs were still empty). Wait a while for it; check.py judges what was kept.
+  wait_for 60 agent_logs "$dir" || true
   # Workloads: every share the pool promises at once, holding the GPU while the others run; then one more.
   local n=1 i alloc=(--alloc-mib 1024)
   [ "$pool" != pgpu ] && n=$per

@@ -351,7 +351,16 @@ def whole_gpu_sms(out: Path) -> int | None:
     return None
 
 
+def agents_loaded(pool_dir: Path) -> bool:
+    """Every agent container that logged has printed the config it loaded, and one has (gpu-e2e.sh waits for this
+    before it keeps the logs: on a loaded machine a container runs a while before its first line)."""
+    configs = agent_configs(pool_dir)
+    return bool(configs) and None not in configs.values()
+
+
 def main() -> None:
+    if sys.argv[1] == "--agents-loaded":
+        sys.exit(0 if agents_loaded(Path(sys.argv[2])) else 1)
     out = Path(sys.argv[1])
     no_gpu = not (out / "host-gpus.csv").exists()
     gpus = host_gpus(out)

@@ -374,3 +374,16 @@ def test_recorded_h200_day2_passes_with_the_fixed_drain(tmp_path, capsys, monkey
     tenants = [line for line in kubelet if "Killing container" in line and '"kube-accel-e2e/hold-' in line]
     assert len(tenants) == 2 and all("gracePeriod=5" in line for line in tenants), tenants
     assert not any("gracePeriod=300" in line for line in kubelet)
+
+
+def test_agents_loaded_waits_for_every_agent_to_print_its_config(tmp_path):
+    """gpu-e2e.sh keeps the agents' logs once this holds: an empty log (a container that has not started printing),
+    or an agent that logged without its config yet, is not loaded; a foreign container's lines do not count."""
+    log = tmp_path / "agent-a.log"
+    log.write_text("")
+    assert not check.agents_loaded(tmp_path)
+    log.write_text("[pod/a/other] Running with config:\n{\n}\n[pod/a/nvidia-device-plugin] Loading configuration.\n")
+    assert not check.agents_loaded(tmp_path)
+    log.write_text(log.read_text() + "[pod/a/nvidia-device-plugin] Running with config:\n"
+                   "[pod/a/nvidia-device-plugin] {\n[pod/a/nvidia-device-plugin] }\n")
+    assert check.agents_loaded(tmp_path)

@@ -68,6 +68,7 @@ from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_verify import
 )
 
 from kalab import dra
+from kalab.informer import Informer
 from kalab.processes import last_lines, procs_dir, python_module, start, stop_one
 from kalab.site import UPSTREAM_BIN
 
@@ -158,11 +159,11 @@ def agent_client(api, kubeconfig: Path, pod: dict, cache: dict):
     return held[1]
 
 
-def follow_chart_webhook(admission, copy: dict) -> str | None:
+def follow_chart_webhook(admission, webhooks: Informer, copy: dict) -> str | None:
     """Create or delete the lab's copy of a chart's MutatingWebhookConfiguration (its annotation
     kube-accel.lab/copy-of names the chart's) so that it exists exactly while the chart's does; what it did, or None."""
     chart = copy["metadata"]["annotations"]["kube-accel.lab/copy-of"]
-    names = {h.metadata.name for h in admission.list_mutating_webhook_configuration().items}
+    names = {h["metadata"]["name"] for h in webhooks.items()}
     if chart in names and copy["metadata"]["name"] not in names:
         admission.create_mutating_webhook_configuration(copy)
         return f"{chart} is back: lab webhook {copy['metadata']['name']} created"
@@ -187,11 +188,14 @@ def standin(root: Path, hosts_json: Path) -> None:
     print(f"{STANDIN}: lab stand-in for HAMi's device plugin on {sorted(gpus_of)}", flush=True)
     written: dict[str, str] = {}
     tokens: dict[str, tuple] = {}
+    webhooks = Informer("webhooks", admission.list_mutating_webhook_configuration)
+    pod_cache = Informer("pods", api.list_pod_for_all_namespaces)
+    configmaps = Informer("configmaps", api.list_config_map_for_all_namespaces)
     while True:
         try:
-            if followed := follow_chart_webhook(admission, webhook_copy):
+            if followed := follow_chart_webhook(admission, webhooks, webhook_copy):
                 print(followed, flush=True)
-            pods = json.loads(api.list_pod_for_all_namespaces(_preload_content=False).data)["items"]
+            pods = pod_cache.items()
             plugin_nodes, agents = {}, {}
             for pod in pods:
                 spec, meta = pod["spec"], pod["metadata"]
@@ -201,13 +205,14 @@ def standin(root: Path, hosts_json: Path) -> None:
                     plugin_nodes[spec["nodeName"]] = (meta["namespace"], meta["labels"]["app.kubernetes.io/instance"])
                     agents[spec["nodeName"]] = pod
             for node, (ns, instance) in sorted(plugin_nodes.items()):
-                cms = api.list_namespaced_config_map(ns, label_selector=f"app.kubernetes.io/instance={instance}")
-                dc = next((yaml.safe_load(cm.data["device-config.yaml"]) for cm in cms.items
-                           if "device-config.yaml" in (cm.data or {})), None)
+                cms = [cm.get("data") or {} for cm in configmaps.items() if cm["metadata"]["namespace"] == ns
+                       and (cm["metadata"].get("labels") or {}).get("app.kubernetes.io/instance") == instance]
+                dc = next((yaml.safe_load(data["device-config.yaml"]) for data in cms
+                           if "device-config.yaml" in data), None)
                 if dc is None:
                     continue
-                nodeconfig = next((json.loads(cm.data["config.json"]).get("nodeconfig") or [] for cm in cms.items
-                                   if "config.json" in (cm.data or {})), [])
+                nodeconfig = next((json.loads(data["config.json"]).get("nodeconfig") or [] for data in cms
+                                   if "config.json" in data), [])
                 entry = next((e for e in nodeconfig if e.get("name") == node), None)
                 devices = registration(gpus_of[node], dc, entry)
                 value = json.dumps(devices, separators=(",", ":"))
@@ -352,7 +357,7 @@ class LabChild:
 class ConfigManager(LabChild):
     """One node's config-manager sidecar, run as its pod runs it (lab process config-manager-NODE)."""
 
-    def __init__(self, root: Path, api, node: str, pod: dict):
+    def __init__(self, root: Path, configmaps: Informer, node: str, pod: dict):
         self.node, self.uid = node, pod["metadata"]["uid"]
         spec = pod["spec"]
         (c,) = [c for c in spec["containers"] if c.get("command", [""])[0] == "config-manager"]
@@ -364,7 +369,7 @@ class ConfigManager(LabChild):
         self.srcdir, self.dst = work / "available-configs", work / "config" / "config.yaml"
         self.srcdir.mkdir(parents=True)
         self.dst.parent.mkdir()
-        self.sync(api)
+        self.sync(configmaps)
         env = config_manager_env(c, node, root / "kubeconfig", self.srcdir, self.dst)
         self.name = f"config-manager-{node}"
         d = procs_dir(root)
@@ -377,10 +382,13 @@ class ConfigManager(LabChild):
         self.exited: float | None = None
         print(f"{self.name} started for pod {pod['metadata']['namespace']}/{pod['metadata']['name']}", flush=True)
 
-    def sync(self, api) -> None:
+    def sync(self, configmaps: Informer) -> None:
         """What the kubelet does for the ConfigMap volume: one file per key, kept current."""
         ns, name = self.configmap
-        data = api.read_namespaced_config_map(name, ns).data or {}
+        found = [cm for cm in configmaps.items() if (cm["metadata"]["namespace"], cm["metadata"]["name"]) == (ns, name)]
+        if not found:
+            raise LookupError(f"ConfigMap {ns}/{name} of {self.node}'s plugin pod not found")
+        data = found[0].get("data") or {}
         for path in self.srcdir.iterdir():
             if path.name not in data:
                 path.unlink()
@@ -424,9 +432,11 @@ def dp_standin(root: Path, hosts_json: Path) -> None:
           f"(preferring pods of namespace {served['namespace']})", flush=True)
     managers: dict[str, ConfigManager] = {}
     applied: dict[str, tuple[str, dict]] = {}
+    pod_cache = Informer("pods", api.list_pod_for_all_namespaces)
+    configmaps = Informer("configmaps", api.list_config_map_for_all_namespaces)
     while True:
         try:
-            pods = json.loads(api.list_pod_for_all_namespaces(_preload_content=False).data)["items"]
+            pods = pod_cache.items()
             running = plugin_pods(pods, set(gpus_of), "k8s-device-plugin", served["namespace"])
             for node in sorted(set(managers) - set(running)):
                 managers.pop(node).stop(root)
@@ -437,8 +447,8 @@ def dp_standin(root: Path, hosts_json: Path) -> None:
                 if manager is None or manager.uid != pod["metadata"]["uid"] or manager.exited_for() > RESTART_AFTER:
                     if manager:
                         manager.stop(root)
-                    manager = managers[node] = ConfigManager(root, api, node, pod)
-                manager.sync(api)
+                    manager = managers[node] = ConfigManager(root, configmaps, node, pod)
+                manager.sync(configmaps)
                 text = manager.config()
                 if text is None or (node in applied and applied[node][0] == text):
                     continue
@@ -561,9 +571,10 @@ def dra_standin(root: Path, hosts_json: Path) -> None:
     print(f"{DRA_STANDIN}: lab stand-in for the ResourceSlices of NVIDIA's DRA kubelet plugin on {sorted(hosts)} "
           f"(the driver's own enumeration and publishing code over recorded NVML, kalab.dra)", flush=True)
     publishers: dict[str, DraPublisher] = {}
+    pod_cache = Informer("pods", api.list_pod_for_all_namespaces)
     while True:
         try:
-            pods = json.loads(api.list_pod_for_all_namespaces(_preload_content=False).data)["items"]
+            pods = pod_cache.items()
             running = dra_plugin_pods(pods, set(hosts))
             for node in sorted(set(publishers) - set(running)):
                 publishers.pop(node).stop(root, resource_api)
@@ -707,9 +718,10 @@ def exporter(spec_file: Path) -> None:
         threading.Thread(target=server.serve_forever, daemon=True).start()
     print(f"{EXPORTER}: lab stand-in for the DCGM exporter on {sorted(spec['nodes'])}", flush=True)
     ready = spec_file.parent / "exporter.ready"
+    pod_cache = Informer("pods", api.list_pod_for_all_namespaces)
     while True:
         try:
-            pods = json.loads(api.list_pod_for_all_namespaces(_preload_content=False).data)["items"]
+            pods = pod_cache.items()
             state.sync(pods)
             ready.touch()
         except Exception as exc:  # noqa: BLE001 - keep serving; the log says what went wrong

@@ -1,0 +1,83 @@
+"""A watch-backed cache of one kind of Kubernetes object, for the lab's stand-ins (kalab.standins).
+
+Each stand-in used to list every pod of the lab once a second (and a ConfigMap per node, and the webhook
+configurations): three stand-ins at 2 % of a core each for the whole of a CI run, and those lists served by the API
+server (BENCHMARKS.md "Where CI's CPU goes"). An Informer lists once, then follows a watch from that list's
+resourceVersion, as client-go's reflector does: a relist after the watch ends (its timeout), or on an ERROR event (410
+Gone: the version is compacted), or when the connection breaks. Objects are kept as the API server's JSON (dicts),
+keyed by namespace/name.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable
+
+from kubernetes.watch.watch import iter_resp_lines
+
+# A watch ends after this long and is followed by a fresh list (the API server caps watches at its own
+# --min-request-timeout anyway): a missed event cannot outlive it.
+WATCH_SECONDS = 240
+
+
+def key(obj: dict) -> str:
+    meta = obj["metadata"]
+    return f"{meta.get('namespace', '')}/{meta['name']}"
+
+
+class Informer:
+    """The current objects of ``list_call`` (a kubernetes client list method, with ``kwargs`` such as a namespace or
+    a label selector), kept by a daemon thread; ``changed`` is set on every list and event."""
+
+    def __init__(self, name: str, list_call: Callable, **kwargs):
+        self.name = name
+        self._call, self._kwargs = list_call, kwargs
+        self._items: dict[str, dict] = {}
+        self._lock = threading.Lock()
+        self._synced = threading.Event()
+        self.changed = threading.Event()
+        threading.Thread(target=self._run, name=name, daemon=True).start()
+
+    def items(self, timeout: float = 60) -> list[dict]:
+        """The objects as of the last list and event (waits for the first list)."""
+        if not self._synced.wait(timeout):
+            raise TimeoutError(f"{self.name}: no list from the API server in {timeout} s")
+        with self._lock:
+            return list(self._items.values())
+
+    def _run(self) -> None:
+        while True:
+            try:
+                self._list_and_watch()
+            except Exception as exc:  # noqa: BLE001 - a broken connection or an API error: list again
+                print(f"{self.name} informer: {exc}; listing again", flush=True)
+                time.sleep(1)
+
+    def _list_and_watch(self) -> None:
+        data = json.loads(self._call(**self._kwargs, _preload_content=False).data)
+        with self._lock:
+            self._items = {key(obj): obj for obj in data["items"]}
+        self._synced.set()
+        self.changed.set()
+        resp = self._call(**self._kwargs, watch=True, resource_version=data["metadata"]["resourceVersion"],
+                          allow_watch_bookmarks=True, timeout_seconds=WATCH_SECONDS, _preload_content=False)
+        try:
+            for line in iter_resp_lines(resp):
+                if not line:
+                    continue
+                event = json.loads(line)
+                kind, obj = event["type"], event["object"]
+                if kind == "ERROR":
+                    return
+                if kind == "BOOKMARK":
+                    continue
+                with self._lock:
+                    if kind == "DELETED":
+                        self._items.pop(key(obj), None)
+                    else:
+                        self._items[key(obj)] = obj
+                self.changed.set()
+        finally:
+            resp.release_conn()

@@ -27,7 +27,13 @@ def main() -> None:
     out = Path(sys.argv[1])
     out.mkdir(parents=True, exist_ok=True)
     for pid_file in ROOT.glob("*.pid"):
-        if Path("/proc", pid_file.read_text().strip()).exists():
+        # Alive and one of gpu-e2e.sh's (its command line names ROOT, as gpu-e2e.sh checks): a PID file left by an
+        # earlier run may name a PID the system has since given to another process.
+        try:
+            cmdline = Path("/proc", pid_file.read_text().strip(), "cmdline").read_bytes()
+        except OSError:
+            continue
+        if str(ROOT).encode() in cmdline:
             raise SystemExit(f"{ROOT} belongs to a running gpu-e2e.sh ({pid_file.name}): stop it first")
     shutil.rmtree(ROOT, ignore_errors=True)
     config = ROOT / "etc" / "containerd" / "config.toml"

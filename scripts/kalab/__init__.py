@@ -11,6 +11,7 @@ line (up, down, status, monitoring, load): argparse and calls into these modules
   hosts       the podman container per GPU host
   dra         what NVIDIA's DRA driver's kubelet plugin publishes for a node of recorded GPUs: its own device
               enumeration and ResourceSlice publishing (ka-conform-dra-slices) over go-nvml's mock
+  informer    a watch-backed cache of one kind of object (list, then watch), for the stand-ins
   processes   lab processes: started, waited for, found and stopped by PID (DIR/procs/NAME.pid and NAME.log); free
               ports and readiness probes on 127.0.0.1; the lab's own Python run as a process (python -m)
   standins    the stand-ins for what needs a GPU or a kubelet: HAMi's device plugin, NVIDIA's device plugin (with each
@@ -33,7 +34,7 @@ above, and never from scripts/lab.py (tests/unit/test_kalab_imports.py checks it
   upstream
   standins
   cluster, nodes, hosts, processes, dra
-  site, nvidia_smi
+  site, nvidia_smi, informer
 
 Only the kubernetes client is imported inside the functions that use it (the heaviest import, and only node writes
 and the stand-ins need it); everything else is imported at the top of its module.

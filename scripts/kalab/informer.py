@@ -15,8 +15,6 @@ import threading
 import time
 from collections.abc import Callable
 
-from kubernetes.watch.watch import iter_resp_lines
-
 # A watch ends after this long and is followed by a fresh list (the API server caps watches at its own
 # --min-request-timeout anyway): a missed event cannot outlive it.
 WATCH_SECONDS = 240
@@ -56,6 +54,8 @@ class Informer:
                 time.sleep(1)
 
     def _list_and_watch(self) -> None:
+        from kubernetes.watch.watch import iter_resp_lines  # noqa: PLC0415 - the kubernetes client, where it is used
+
         data = json.loads(self._call(**self._kwargs, _preload_content=False).data)
         with self._lock:
             self._items = {key(obj): obj for obj in data["items"]}

@@ -14,8 +14,8 @@ PACKAGE = Path(kalab.__file__).parent
 SCRIPTS = PACKAGE.parent
 REPO = SCRIPTS.parent
 # Bottom first: a module may import from the layers before its own. kalab/__init__.py lists them top first.
-LAYERS = [["site", "nvidia_smi"], ["cluster", "nodes", "hosts", "processes", "dra"], ["standins"], ["upstream"],
-          ["monitoring"]]
+LAYERS = [["site", "nvidia_smi", "informer"], ["cluster", "nodes", "hosts", "processes", "dra"], ["standins"],
+          ["upstream"], ["monitoring"]]
 LAYER = {module: i for i, layer in enumerate(LAYERS) for module in layer}
 GONE = {"lab_upstream", "lab_monitoring"}  # scripts/lab_upstream.py and lab_monitoring.py, now kalab
 

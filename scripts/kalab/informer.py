@@ -26,16 +26,14 @@ def key(obj: dict) -> str:
 
 
 class Informer:
-    """The current objects of ``list_call`` (a kubernetes client list method, with ``kwargs`` such as a namespace or
-    a label selector), kept by a daemon thread; ``changed`` is set on every list and event."""
+    """The current objects of ``list_call`` (a kubernetes client list method of every object of a kind), kept by a
+    daemon thread."""
 
-    def __init__(self, name: str, list_call: Callable, **kwargs):
-        self.name = name
-        self._call, self._kwargs = list_call, kwargs
+    def __init__(self, name: str, list_call: Callable):
+        self.name, self._call = name, list_call
         self._items: dict[str, dict] = {}
         self._lock = threading.Lock()
         self._synced = threading.Event()
-        self.changed = threading.Event()
         threading.Thread(target=self._run, name=name, daemon=True).start()
 
     def items(self, timeout: float = 60) -> list[dict]:
@@ -56,12 +54,11 @@ class Informer:
     def _list_and_watch(self) -> None:
         from kubernetes.watch.watch import iter_resp_lines  # noqa: PLC0415 - the kubernetes client, where it is used
 
-        data = json.loads(self._call(**self._kwargs, _preload_content=False).data)
+        data = json.loads(self._call(_preload_content=False).data)
         with self._lock:
             self._items = {key(obj): obj for obj in data["items"]}
         self._synced.set()
-        self.changed.set()
-        resp = self._call(**self._kwargs, watch=True, resource_version=data["metadata"]["resourceVersion"],
+        resp = self._call(watch=True, resource_version=data["metadata"]["resourceVersion"],
                           allow_watch_bookmarks=True, timeout_seconds=WATCH_SECONDS, _preload_content=False)
         try:
             for line in iter_resp_lines(resp):
@@ -78,6 +75,5 @@ class Informer:
                         self._items.pop(key(obj), None)
                     else:
                         self._items[key(obj)] = obj
-                self.changed.set()
         finally:
             resp.release_conn()

@@ -447,7 +447,9 @@ run_pool() {
   # The releases' DaemonSets roll out on the real kubelet (image, RuntimeClass, mounts, service account, API).
   for r in $(kubectl -n kube-accel get ds -o name); do
     ds_rolled_out "$r" >>"$dir/rollout.txt" 2>&1 || {
-      kubectl -n kube-accel describe pods >"$dir/pods-describe.txt" 2>&1; return 1; }
+      kubectl -n kube-accel describe pods >"$dir/pods-describe.txt" 2>&1
+      kubectl -n kube-accel get pods -o json >"$dir/agents.json"
+      agent_logs "$dir" >/dev/null 2>&1; return 1; }
   done
   # The plugin registers with the kubelet: the node advertises what kube-accel promised.
   local want=$((per * GPUS))

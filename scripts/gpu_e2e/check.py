@@ -93,6 +93,8 @@ def check_pool(v: Verdicts, out: Path, pool: str, gpus: list[dict], no_gpu: bool
     alloc = ((load(d / "node-status.json") or {}).get("status") or {}).get("allocatable") or {}
     rollout = read(d / "rollout.txt")
     rolled = rollout.count("successfully rolled out")
+    # A DaemonSet that did not roll out ends the pool's step there: its last word says which, and why.
+    stuck = [line.strip() for line in rollout.splitlines() if line.strip() and "successfully rolled out" not in line]
     configs = agent_configs(d)
     replicas = sorted({r.get("replicas") for c in configs.values() for r in sharing_resources(c)})
     want_replicas = [expect["replicas"]] if expect["replicas"] else []
@@ -105,7 +107,8 @@ def check_pool(v: Verdicts, out: Path, pool: str, gpus: list[dict], no_gpu: bool
           + ", ".join(f"{k} {'loaded its config' if c is not None else 'did NOT load its config'}"
                       for k, c in sorted(configs.items()))
           + f"; sharing replicas {replicas} (promised {want_replicas})"
-          + (f"; not ready: {unready}" if unready and not no_gpu else ""),
+          + (f"; not ready: {unready}" if unready and not no_gpu else "")
+          + (f"; the pool's step ended rc={rc}" + (f" after: {stuck[-1]}" if stuck else "") if rc else ""),
           "real kubelet, containerd, runc; the agents' own logs")
     if no_gpu:
         v.add(resource not in alloc or alloc[resource] == "0", pool, "advertised",

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from ansible_collections.kube_accel.gpu.plugins.module_utils import (
     accel_chart_values,
+    accel_host_facts,
     accel_labels,
     accel_ownership,
     accel_pools,
@@ -65,7 +66,7 @@ def accel_pools_of(hosts, hostvars):
 
 def accel_os_release(text):
     """os-release(5) text -> {"id", "version_id"} (the preflight's reading of /etc/os-release)."""
-    return accel_pools.parse_os_release(text)
+    return accel_host_facts.parse_os_release(text)
 
 
 def accel_desired_nodes(pools):

@@ -435,6 +435,40 @@ def gather(source: NvmlSource, sysfs: Sysfs | None = None) -> dict:
     return facts
 
 
+# The module options that choose the NVML source and the sysfs (nvidia_gpu_facts, accel_host_facts).
+SOURCE_OPTIONS = {
+    "snapshot": {"type": "path"},
+    "snapshot_data": {"type": "dict"},
+    "sysfs_root": {"type": "path"},
+    "procfs_root": {"type": "path", "default": "/proc"},
+}
+
+
+class SnapshotError(Exception):
+    """A recorded snapshot that cannot be read: a configuration error, not a GPU-less host."""
+
+
+def gather_for_module(params: dict) -> dict:
+    """The ``nvidia_gpus`` fact for a module's SOURCE_OPTIONS: real NVML, or a recorded snapshot; with a snapshot,
+    ``host_driver_loaded`` says whether this host has an NVIDIA driver loaded after all (the preflight refuses a
+    snapshot there). Raises SnapshotError for a snapshot that cannot be read."""
+    try:
+        if params.get("snapshot"):
+            source = RecordedSource.from_file(params["snapshot"])
+        elif params.get("snapshot_data"):
+            source = RecordedSource(params["snapshot_data"])
+        else:
+            source = PynvmlSource()
+    except (OSError, ValueError, KeyError) as exc:
+        raise SnapshotError(f"cannot read NVML snapshot {params.get('snapshot') or '(snapshot_data)'}: {exc}") from exc
+    procfs = params.get("procfs_root") or "/proc"
+    sysfs = HostSysfs(params["sysfs_root"], procfs) if params.get("sysfs_root") else None
+    gpus = gather(source, sysfs)
+    if not isinstance(source, PynvmlSource):
+        gpus["host_driver_loaded"] = os.path.exists(os.path.join(procfs, "driver/nvidia/version"))
+    return gpus
+
+
 def gather_facts() -> dict:
     """The ``nvidia_gpus`` fact of this host from real NVML and sysfs."""
     return gather(PynvmlSource())

@@ -174,19 +174,6 @@ def operator_mig(settings: dict[str, Any]) -> bool:
             and not setting_on(settings, "accel_vfio_passthrough") and settings["accel_mig_owner"] == "operator")
 
 
-def parse_os_release(text: str) -> dict[str, str]:
-    """``ID`` and ``VERSION_ID`` of an os-release(5) file as {"id", "version_id"} (absent keys left out)."""
-    out = {}
-    for line in (text or "").splitlines():
-        key, sep, value = line.strip().partition("=")
-        if sep and key in ("ID", "VERSION_ID"):
-            value = value.strip()
-            if len(value) >= 2 and value[0] == value[-1] and value[0] in "\"'":
-                value = value[1:-1]
-            out[key.lower()] = value
-    return out
-
-
 def os_labels(os_release: dict[str, str] | None) -> dict[str, str]:
     """NFD's OS labels for a host's os-release (accel_constants.NFD_OS_LABELS); values that are not valid label
     values are left out rather than refused by the API server."""

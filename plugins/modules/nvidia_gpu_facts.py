@@ -20,25 +20,6 @@ description:
 version_added: "0.1.0"
 author: kube-accel contributors (@kube-accel)
 options:
-  snapshot:
-    description:
-      - Path, on the managed host, of an NVML snapshot JSON to use instead of real NVML.
-    type: path
-  snapshot_data:
-    description:
-      - The content of an NVML snapshot (for example read on the controller with the C(file) lookup); takes the
-        place of O(snapshot) when the file is not on the managed host.
-    type: dict
-  sysfs_root:
-    description:
-      - Directory used in place of C(/sys). When set, sysfs values are read below it even with a snapshot;
-        otherwise a snapshot's recorded sysfs values are used, or the real C(/sys).
-    type: path
-  procfs_root:
-    description:
-      - Directory used in place of C(/proc) (for C(/proc/modules)); only with O(sysfs_root).
-    type: path
-    default: /proc
   as_facts:
     description:
       - V(false) returns the facts as RV(nvidia_gpus) in the task result only, without setting (or caching) the
@@ -47,6 +28,7 @@ options:
     type: bool
     default: true
 extends_documentation_fragment:
+  - kube_accel.gpu.nvml_source
   - ansible.builtin.action_common_attributes
   - ansible.builtin.action_common_attributes.facts
 attributes:
@@ -174,47 +156,25 @@ ansible_facts:
               fabric_state: null
 """
 
-import os
-
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_gpu_facts import (
-    HostSysfs,
-    PynvmlSource,
-    RecordedSource,
-    gather,
+    SOURCE_OPTIONS,
+    SnapshotError,
+    gather_for_module,
 )
 
 
 def run_module():
     module = AnsibleModule(
-        argument_spec={
-            "snapshot": {"type": "path"},
-            "snapshot_data": {"type": "dict"},
-            "sysfs_root": {"type": "path"},
-            "procfs_root": {"type": "path", "default": "/proc"},
-            "as_facts": {"type": "bool", "default": True},
-        },
+        argument_spec={**SOURCE_OPTIONS, "as_facts": {"type": "bool", "default": True}},
         mutually_exclusive=[("snapshot", "snapshot_data")],
         supports_check_mode=True,
     )
-    params = module.params
     try:
-        if params["snapshot"]:
-            source = RecordedSource.from_file(params["snapshot"])
-        elif params["snapshot_data"]:
-            source = RecordedSource(params["snapshot_data"])
-        else:
-            source = PynvmlSource()
-    except (OSError, ValueError, KeyError) as exc:
-        # A broken snapshot is a configuration error, not a GPU-less host.
-        module.fail_json(msg=f"cannot read NVML snapshot {params['snapshot'] or '(snapshot_data)'}: {exc}")
-    sysfs = HostSysfs(params["sysfs_root"], params["procfs_root"]) if params["sysfs_root"] else None
-    gpus = gather(source, sysfs)
-    if not isinstance(source, PynvmlSource):
-        # A recorded snapshot stands in for GPU-less hosts: say whether this host has an NVIDIA driver loaded after all
-        # (the preflight refuses a snapshot there), in the same module run.
-        gpus["host_driver_loaded"] = os.path.exists(os.path.join(params["procfs_root"], "driver/nvidia/version"))
-    if not params["as_facts"]:
+        gpus = gather_for_module(module.params)
+    except SnapshotError as exc:
+        module.fail_json(msg=str(exc))
+    if not module.params["as_facts"]:
         module.exit_json(changed=False, nvidia_gpus=gpus)
     module.exit_json(changed=False, ansible_facts={"nvidia_gpus": gpus})
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_host_facts
 from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_pools as ap
 
 
@@ -54,9 +55,9 @@ def test_operator_input_labels():
 
 def test_os_release_becomes_nfds_os_labels_and_is_never_removed():
     text = 'PRETTY_NAME="Debian GNU/Linux 12 (bookworm)"\nNAME="Debian GNU/Linux"\nVERSION_ID="12"\nID=debian\n'
-    assert ap.parse_os_release(text) == {"id": "debian", "version_id": "12"}
-    assert ap.parse_os_release("ID='rhel'\nVERSION_ID=9.4\n") == {"id": "rhel", "version_id": "9.4"}
-    assert ap.parse_os_release("") == {}
+    assert accel_host_facts.parse_os_release(text) == {"id": "debian", "version_id": "12"}
+    assert accel_host_facts.parse_os_release("ID='rhel'\nVERSION_ID=9.4\n") == {"id": "rhel", "version_id": "9.4"}
+    assert accel_host_facts.parse_os_release("") == {}
     assert ap.os_labels({"id": "ubuntu", "version_id": "22.04"}) == {
         "feature.node.kubernetes.io/system-os_release.ID": "ubuntu",
         "feature.node.kubernetes.io/system-os_release.VERSION_ID": "22.04"}

@@ -347,7 +347,7 @@ def rule_dra_sharing(ctx: Context) -> list[str]:
     if sharing == "mps":
         problems += [ctx.problem("accel_dra_sharing", "mps", why,
                                  "mps on compute capability 7.0 (Volta) or newer; exclusive or timeslice on older GPUs")
-                     for why in _pre_volta(ctx)[:1]]
+                     for why in _pre_volta(ctx)]
     return problems
 
 

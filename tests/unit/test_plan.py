@@ -178,6 +178,18 @@ def test_rule_mps_refused_before_volta():
     assert check(pool(mode="pgpu"), pascal) == []
 
 
+def test_every_pre_volta_gpu_is_named_for_mps_and_dra_mps():
+    # Two P100 stand-ins (the T4 facts, renamed): the device plugin's MPS and the DRA driver's name each GPU it refuses.
+    pascal = copy.deepcopy(gpus("t4"))
+    pascal["gpus"][0].update(name="Tesla P100-PCIE-16GB", compute_capability="6.0")
+    pascal["gpus"].append({**pascal["gpus"][0], "index": 1})
+    pascal["count"] = 2
+    for settings in (pool(mode="mps", mps_replicas=4),
+                     pool(mode="dra", dra_sharing="mps", dra_feature_gates={"MPSSupport": True})):
+        named = [p for p in check(settings, pascal) if "pre-Volta" in p]
+        assert [p.split(": ")[2].split(" (")[0] for p in named] == ["GPU 0", "GPU 1"], named
+
+
 def test_rule_mps_clients_limited_by_compute_capability():
     # nvidia-cuda-mps-control(1): 16 clients per GPU on SM 3.5-6.0, 48 on SM 7.0 (Volta); one table in accel_plan.
     volta = copy.deepcopy(gpus("t4"))

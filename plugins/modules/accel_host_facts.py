@@ -125,7 +125,7 @@ def run_module():
         binary = module.get_bin_path("containerd")
         if not binary:
             return None
-        rc, out, _ = module.run_command([binary, "--version"])
+        rc, out, dummy = module.run_command([binary, "--version"])
         return out if rc == 0 else None
 
     host = gather_host(module.params["mig_records"], containerd if module.params["runtime"] else None)

@@ -10,7 +10,8 @@ Per pool (expect.json is what kube-accel promised, from its own code at bundle t
 - one-more: a pod beyond the promise stays Pending, unschedulable for lack of the resource (the real scheduler);
 - tenant (pgpu): a pod that requests no GPU but sets NVIDIA_VISIBLE_DEVICES=all on the nvidia RuntimeClass gets none
   (kube-accel's runtime setting, issue 31).
-Without a GPU (E2E_NO_GPU=1): the agents' DaemonSets rolled out on the real kubelet and the node advertises none.
+Without a GPU (E2E_NO_GPU=1): the agents' DaemonSets rolled out on the real kubelet (every pod current, its
+containers started: the MPS pool's agents stop at NVML and restart) and the node advertises none.
 - site (where the bundle's Ansible ran): ``ansible-playbook site.yml`` (preflight, cluster and, with a GPU, verify
   with its CUDA Jobs) ended with rc 0 and no failed task; its verify table is quoted.
 Day 2 (where the bundle's Ansible ran), from the tenants' pods and logs/timeline.log (the node's pool label, its
@@ -22,7 +23,7 @@ cordon and the tenants' pods, polled every half second by the real API server):
   changed=0, the node never cordoned, every agent (the MPS control daemon too) the same pod with no restart, the
   tenant's pod the same and running.
 
-Usage: check.py OUTDIR
+Usage: check.py OUTDIR (gpu-e2e.sh's waits: check.py --agents-loaded POOLDIR; check.py --ds-started DS.json PODS.json)
 """
 
 from __future__ import annotations
@@ -361,9 +362,36 @@ def agents_loaded(pool_dir: Path) -> bool:
     return bool(configs) and None not in configs.values()
 
 
+def ds_started(ds: dict, pods: list[dict]) -> bool:
+    """Every pod the DaemonSet schedules is of its current template, ran its init containers to success and started
+    each of its containers at least once (running now, or terminated since). Without a GPU the MPS pool's agents
+    stop at NVML (no MPS daemons, no resource managers) and restart in a loop, Ready only for moments: their image,
+    RuntimeClass, mounts, init containers and config are what this machine can show (the agents check reads the
+    config from their logs)."""
+    desired = ((ds.get("status") or {}).get("desiredNumberScheduled")) or 0
+    if ((ds.get("status") or {}).get("updatedNumberScheduled") or 0) < desired:
+        return False
+    uid = (ds.get("metadata") or {}).get("uid")
+    started = 0
+    for pod in pods:
+        if not any(o.get("uid") == uid for o in (pod.get("metadata") or {}).get("ownerReferences") or []):
+            continue
+        status = pod.get("status") or {}
+        inits = status.get("initContainerStatuses") or []
+        mains = status.get("containerStatuses") or []
+        if (all(((c.get("state") or {}).get("terminated") or {}).get("exitCode") == 0 for c in inits) and mains
+                and all("running" in (c.get("state") or {}) or "terminated" in (c.get("state") or {})
+                        or "terminated" in (c.get("lastState") or {}) for c in mains)):
+            started += 1
+    return desired > 0 and started >= desired
+
+
 def main() -> None:
     if sys.argv[1] == "--agents-loaded":
         sys.exit(0 if agents_loaded(Path(sys.argv[2])) else 1)
+    if sys.argv[1] == "--ds-started":  # --ds-started DS.json PODS.json
+        sys.exit(0 if ds_started(load(Path(sys.argv[2])) or {}, (load(Path(sys.argv[3])) or {}).get("items", []))
+                 else 1)
     out = Path(sys.argv[1])
     no_gpu = not (out / "host-gpus.csv").exists()
     gpus = host_gpus(out)

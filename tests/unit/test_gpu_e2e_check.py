@@ -387,3 +387,31 @@ def test_agents_loaded_waits_for_every_agent_to_print_its_config(tmp_path):
     log.write_text(log.read_text() + "[pod/a/nvidia-device-plugin] Running with config:\n"
                    "[pod/a/nvidia-device-plugin] {\n[pod/a/nvidia-device-plugin] }\n")
     assert check.agents_loaded(tmp_path)
+
+
+def test_ds_started_counts_pods_whose_containers_started_even_if_they_stop_at_nvml():
+    """Without a GPU the MPS pool's agents exit at NVML and restart in a loop (seen in the real-node test: the device
+    plugin and the MPS control daemon at restart 2 after the pool's rollout; the pod status below has their shape): a
+    pod counts once its init containers succeeded and its containers started, Ready or not; a pod still in its init
+    containers, another DaemonSet's pod, or a DaemonSet that schedules none does not."""
+    ds = {"metadata": {"uid": "ds-1"}, "status": {"desiredNumberScheduled": 1, "updatedNumberScheduled": 1}}
+    owner = {"ownerReferences": [{"kind": "DaemonSet", "uid": "ds-1"}]}
+    inits_done = [{"name": n, "state": {"terminated": {"exitCode": 0, "reason": "Completed"}}}
+                  for n in ("config-manager-init", "mps-control-daemon-mounts")]
+    crash_looping = {"metadata": owner, "status": {"initContainerStatuses": inits_done, "containerStatuses": [
+        {"name": "mps-control-daemon-ctr", "ready": False, "restartCount": 3,
+         "state": {"waiting": {"reason": "CrashLoopBackOff"}},
+         "lastState": {"terminated": {"exitCode": 1, "reason": "Error"}}},
+        {"name": "config-manager", "ready": True, "state": {"running": {"startedAt": "2026-11-28T10:00:00Z"}}}]}}
+    assert check.ds_started(ds, [crash_looping])
+    initializing = {"metadata": owner, "status": {
+        "initContainerStatuses": [inits_done[0], {"name": "mps-control-daemon-mounts",
+                                                   "state": {"running": {}}}],
+        "containerStatuses": [{"name": "mps-control-daemon-ctr", "state": {"waiting": {"reason": "PodInitializing"}}}]}}
+    assert not check.ds_started(ds, [initializing])
+    foreign = {"metadata": {"ownerReferences": [{"uid": "other"}]}, "status": crash_looping["status"]}
+    assert not check.ds_started(ds, [foreign])
+    assert not check.ds_started({**ds, "status": {"desiredNumberScheduled": 0}}, [crash_looping])
+    # A pod of the previous template (a rolling update not done yet) does not count either.
+    assert not check.ds_started({**ds, "status": {"desiredNumberScheduled": 1, "updatedNumberScheduled": 0}},
+                                [crash_looping])

@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import ctypes
 import json
-import os
-import subprocess
 import sys
 from collections import Counter
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from adhoc import run_module
 from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_gpu_facts as facts
 
 REPO = Path(__file__).resolve().parents[2]
@@ -302,14 +301,7 @@ def test_cuda_version_text():
 
 
 def _run_module(*args):
-    env = dict(os.environ, ANSIBLE_LOAD_CALLBACK_PLUGINS="1", ANSIBLE_STDOUT_CALLBACK="ansible.posix.json",
-               ANSIBLE_PYTHON_INTERPRETER=sys.executable)
-    proc = subprocess.run(
-        [str(Path(sys.executable).parent / "ansible"), "localhost", "-m", "kube_accel.gpu.nvidia_gpu_facts", *args],
-        cwd=REPO, env=env, capture_output=True, text=True, timeout=120, check=False,
-    )
-    out = json.loads(proc.stdout)
-    return out["plays"][0]["tasks"][0]["hosts"]["localhost"]
+    return run_module("nvidia_gpu_facts", *args)
 
 
 def test_module_in_check_mode_with_snapshot_and_sysfs_root(tmp_path):

@@ -9,9 +9,9 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
+from adhoc import run_module
 from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_host_facts as hf
 
 REPO = Path(__file__).resolve().parents[2]
@@ -48,13 +48,7 @@ def test_containerd_version_of_1x_and_2x_and_garbage():
 
 
 def _run_module(*args):
-    env = dict(os.environ, ANSIBLE_LOAD_CALLBACK_PLUGINS="1", ANSIBLE_STDOUT_CALLBACK="ansible.posix.json",
-               ANSIBLE_PYTHON_INTERPRETER=sys.executable)
-    proc = subprocess.run(
-        [str(Path(sys.executable).parent / "ansible"), "localhost", "-m", "kube_accel.gpu.accel_host_facts", *args],
-        cwd=REPO, env=env, capture_output=True, text=True, timeout=120, check=False,
-    )
-    return json.loads(proc.stdout)["plays"][0]["tasks"][0]["hosts"]["localhost"]
+    return run_module("accel_host_facts", *args)
 
 
 def test_module_reads_this_machine_in_check_mode(tmp_path):

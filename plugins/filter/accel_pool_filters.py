@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from ansible_collections.kube_accel.gpu.plugins.module_utils import (
     accel_chart_values,
-    accel_host_facts,
     accel_labels,
     accel_ownership,
     accel_pools,
@@ -62,11 +61,6 @@ def accel_pools_of(hosts, hostvars):
         pool["os_release"] = {h: plain[h]["preflight_os_release"] for h in pool["hosts"]
                               if plain[h].get("preflight_os_release")}
     return pools
-
-
-def accel_os_release(text):
-    """os-release(5) text -> {"id", "version_id"} (the preflight's reading of /etc/os-release)."""
-    return accel_host_facts.parse_os_release(text)
 
 
 def accel_desired_nodes(pools):
@@ -132,7 +126,6 @@ class FilterModule:
     def filters(self):
         return {
             "accel_pools_of": accel_pools_of,
-            "accel_os_release": accel_os_release,
             "accel_desired_nodes": accel_desired_nodes,
             "accel_managed_label_keys": accel_managed_label_keys,
             "accel_sharing_label_keys": accel_sharing_label_keys,

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from ansible_collections.kube_accel.gpu.plugins.filter import accel_pool_filters as filters
+from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_host_facts
 from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_pools as ap
 
 
@@ -53,7 +54,7 @@ def test_pools_read_full_settings_once_per_pool_and_match_collect_pools():
 
 def test_each_hosts_os_release_reaches_its_nodes_labels():
     hosts = {h: dict(v) for h, v in HOSTS.items()}
-    hosts["m-2"]["preflight_os_release"] = filters.accel_os_release('ID="ubuntu"\nVERSION_ID="24.04"\n')
+    hosts["m-2"]["preflight_os_release"] = accel_host_facts.parse_os_release('ID="ubuntu"\nVERSION_ID="24.04"\n')
     nodes = filters.accel_desired_nodes(filters.accel_pools_of(list(hosts), hosts))
     assert nodes["m-2"]["labels"]["feature.node.kubernetes.io/system-os_release.VERSION_ID"] == "24.04"
     assert "feature.node.kubernetes.io/system-os_release.ID" not in nodes["m-1"]["labels"]

@@ -3,7 +3,9 @@
 A lab this fixture started is torn down at the end of the session unless KUBE_ACCEL_KEEP_LAB=1. Its nodes start
 without kube-accel labels (a fresh cluster's); the fixture labels them with the cluster play's pool_labels role.
 KA_LAB_DIR and KA_LAB_NAME point it at a second lab (`lab.py --dir DIR --name NAME up --no-hosts`), for work on lab
-processes beside the shared one; tests that run plays there pass ``-e accel_kubeconfig=<lab.kubeconfig>``.
+processes beside the shared one; tests that run plays there pass ``-e accel_kubeconfig=<lab.kubeconfig>``. `make test`
+runs the tests marked ``cluster_only`` (no podman host, no state an earlier lab test left) on such a lab
+(scripts/test.sh).
 """
 
 from __future__ import annotations

@@ -4,6 +4,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import time
 from pathlib import Path
@@ -83,19 +85,35 @@ def cluster_running(site: Site) -> bool:
     return proc.returncode == 0
 
 
+# kwokctl picks its components' ports itself: the first free ones counting down from 32767 (kwok's
+# pkg/utils/net.GetUnusedPort), bound only as each component starts. Two labs created at once (make test's two lab
+# lanes, a benchmark's lab) took the same ports, and one lab's clients reached the other's API server ("certificate
+# signed by unknown authority"). So one creation at a time on this machine, held until the cluster answers.
+CREATE_LOCK = BIN.parent / "locks" / "kwokctl-create.lock"
+
+
+@contextlib.contextmanager
+def one_creation_at_a_time():
+    CREATE_LOCK.parent.mkdir(parents=True, exist_ok=True)
+    with CREATE_LOCK.open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, also if this process dies
+        yield
+
+
 def start_cluster(site: Site, audit_nodes: bool = False) -> None:
     """Start the lab's cluster, or adopt the one already running (`lab.py up`)."""
     if cluster_running(site):
         log("cluster already running")
-    else:
-        started = time.time()
+        return
+    started = time.time()
+    with one_creation_at_a_time():
         run(str(BIN / "kwokctl"), "--name", site.name, "delete", "cluster", check=False, env=kwok_env(site))
         config = kwok_config(site, audit_nodes=audit_nodes)
         run(
             str(BIN / "kwokctl"), "--name", site.name, "create", "cluster", "-c", str(config),
             "--wait", "3m", "--kubeconfig", str(site.kubeconfig), env=kwok_env(site), capture=False,
         )
-        log(f"control plane up in {time.time() - started:.1f} s")
+    log(f"control plane up in {time.time() - started:.1f} s")
 
 
 def delete_cluster(site: Site) -> None:

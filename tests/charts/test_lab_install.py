@@ -18,7 +18,7 @@ import yaml
 from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_constants
 from chartlib import CHARTS_DIR
 
-pytestmark = pytest.mark.lab
+pytestmark = [pytest.mark.lab, pytest.mark.cluster_only]
 
 NAMESPACE = "kube-accel-chart-tests"
 POOL = accel_constants.LABELS["pool"]

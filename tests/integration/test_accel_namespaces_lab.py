@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from lab_fixture import run_localhost_playbook
 
-pytestmark = pytest.mark.lab
+pytestmark = [pytest.mark.lab, pytest.mark.cluster_only]
 
 ENFORCE = "pod-security.kubernetes.io/enforce"
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from lab_fixture import run_localhost_playbook
 
-pytestmark = pytest.mark.lab
+pytestmark = [pytest.mark.lab, pytest.mark.cluster_only]
 
 REPO = Path(__file__).resolve().parents[2]
 TINY = REPO / "tests" / "data" / "charts" / "tiny"

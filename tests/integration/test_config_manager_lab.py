@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.lab
+pytestmark = [pytest.mark.lab, pytest.mark.cluster_only]
 
 REPO = Path(__file__).resolve().parents[2]
 import upstream  # noqa: E402

@@ -24,7 +24,7 @@ import pytest
 import yaml
 from lab_fixture import wait_for
 
-pytestmark = pytest.mark.lab
+pytestmark = [pytest.mark.lab, pytest.mark.cluster_only]
 
 REPO = Path(__file__).resolve().parents[2]
 import upstream  # noqa: E402

@@ -34,7 +34,7 @@ from lab_fixture import converge_cluster, wait_for
 from test_dra_lab import DRIVER, get, pod_claims, stand_in_devices
 from test_dra_lab import pod as dra_pod
 
-pytestmark = pytest.mark.lab
+pytestmark = [pytest.mark.lab, pytest.mark.cluster_only]
 
 REPO = Path(__file__).resolve().parents[2]
 NODE = "lab-helm-only-0"

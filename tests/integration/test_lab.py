@@ -10,7 +10,7 @@ import pytest
 from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_constants
 from kubernetes import client, config
 
-pytestmark = pytest.mark.lab
+pytestmark = [pytest.mark.lab, pytest.mark.cluster_only]
 
 
 def _api(lab):

@@ -29,7 +29,7 @@ import uuid
 
 import pytest
 
-pytestmark = pytest.mark.lab
+pytestmark = [pytest.mark.lab, pytest.mark.cluster_only]
 
 NS = "node-agent-policy-test"
 NODE_NAME_KEY = "authentication.kubernetes.io/node-name"

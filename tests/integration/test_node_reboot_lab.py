@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from lab_fixture import run_localhost_playbook, wait_for
 
-pytestmark = pytest.mark.lab
+pytestmark = [pytest.mark.lab, pytest.mark.cluster_only]
 
 NODE = "lab-mig-0"
 NAMESPACE = "node-reboot-test"

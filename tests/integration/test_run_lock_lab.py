@@ -27,7 +27,7 @@ import pytest
 import yaml
 from lab_fixture import BIN, LAB_PY, Lab, run_localhost_playbook
 
-pytestmark = pytest.mark.lab
+pytestmark = [pytest.mark.lab, pytest.mark.cluster_only]
 
 REPO = Path(__file__).resolve().parents[2]
 TINY = REPO / "tests" / "data" / "charts" / "tiny"

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from lab_fixture import converge_cluster, wait_for
 
-pytestmark = pytest.mark.lab
+pytestmark = [pytest.mark.lab, pytest.mark.cluster_only]
 
 REPO = Path(__file__).resolve().parents[2]
 LABEL = "nvidia.com/device-plugin.config"

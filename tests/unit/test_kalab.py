@@ -9,7 +9,7 @@ import subprocess
 import sys
 
 import pytest
-from kalab import nodes, processes, site, standins
+from kalab import cluster, nodes, processes, site, standins
 
 
 def test_a_component_that_dies_stops_up_with_its_own_last_log_lines(tmp_path):
@@ -171,3 +171,22 @@ def test_a_stand_in_runs_as_a_lab_process_from_its_module(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert "{standin,dp-standin,dra-standin,exporter}" in proc.stdout
     assert env["PYTHONPATH"] == str(site.REPO / "scripts")
+
+
+def test_lab_clusters_are_created_one_at_a_time(tmp_path, monkeypatch):
+    """kwokctl picks free ports counting down from 32767 and binds them later: while one lab's cluster is being
+    created, another process (a second lab) cannot take the creation lock, and can once the first is done."""
+    monkeypatch.setattr(cluster, "CREATE_LOCK", tmp_path / "locks" / "kwokctl-create.lock")
+    try_lock = ("import fcntl, sys\n"
+                "with open(sys.argv[1], 'w') as f:\n"
+                "    try:\n"
+                "        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)\n"
+                "    except BlockingIOError:\n"
+                "        sys.exit(3)\n")
+
+    def other_process() -> int:
+        return subprocess.run([sys.executable, "-c", try_lock, str(cluster.CREATE_LOCK)], check=False).returncode
+
+    with cluster.one_creation_at_a_time():
+        assert other_process() == 3
+    assert other_process() == 0

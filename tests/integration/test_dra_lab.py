@@ -27,6 +27,7 @@ import yaml
 from kalab import dra
 from kalab.standins import DRA_STANDIN
 from lab_fixture import (
+    LAB_DIR,
     LAB_INVENTORY,
     REPO,
     changed_lab_inventory,
@@ -112,7 +113,7 @@ def dra_lab(lab):
     nvidia.com/gpu pod to HAMi's scheduler)."""
     started = time.time()
     converge_cluster(lab, {"kube-accel-dra-driver", "kube-accel-dra"}, namespace=NS)
-    log = REPO / ".lab" / "procs" / f"{DRA_STANDIN}.log"
+    log = LAB_DIR / "procs" / f"{DRA_STANDIN}.log"
     assert log.exists(), f"{DRA_STANDIN} is not running: `scripts/lab.py up` starts it for an inventory with a dra pool"
     devices = wait_for(f"{DRA_STANDIN}'s ResourceSlices of {NODE}", lambda: stand_in_devices(lab, NODE), timeout=60)
     lab.namespace(TENANT)

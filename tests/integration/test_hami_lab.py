@@ -16,20 +16,19 @@ import base64
 import json
 import socket
 import subprocess
-import sys
 import urllib.request
 from pathlib import Path
 
 import pytest
 import yaml
-from lab_fixture import wait_for
+from lab_fixture import LAB_DIR, converge_cluster, wait_for
 
 pytestmark = [pytest.mark.lab, pytest.mark.cluster_only]
 
 REPO = Path(__file__).resolve().parents[2]
 import upstream  # noqa: E402
 
-INFO = REPO / ".lab" / "hami" / "info.json"
+INFO = LAB_DIR / "hami" / "info.json"
 NS = "hami-lab-test"
 POOL_KEY = "kube-accel.io/pool"
 
@@ -43,13 +42,7 @@ def hami(lab):
     if not INFO.exists():
         pytest.fail(f"{INFO} missing: `scripts/lab.py up` starts HAMi for the lab inventory's vgpu-hami pool")
     info = json.loads(INFO.read_text())
-    if lab.releases().get(info["release"], {}).get("status") != "deployed":
-        env = {"ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1", "HOME": str(Path.home()),
-               "PATH": f"{lab.helm.parent}:{Path(sys.executable).parent}:/usr/bin:/bin"}
-        play = subprocess.run([str(Path(sys.executable).parent / "ansible-playbook"), "-i",
-                               str(REPO / "inventories" / "lab" / "hosts.yml"), str(REPO / "ansible" / "cluster.yml")],
-                              cwd=REPO, env=env, capture_output=True, text=True, check=False, timeout=600)
-        assert play.returncode == 0, play.stdout[-4000:]
+    converge_cluster(lab, {info["release"]}, namespace=info["namespace"])
     nodes = lab.nodes_by_pool["vgpu-hami"]
     assert len(nodes) >= 2, "binpack vs spread needs a vgpu-hami pool of two nodes"
 
@@ -280,13 +273,13 @@ def test_webhook_lockout_fail_policy_refuses_only_gpu_pods(lab, hami, tmp_path):
     from kalab.site import versions
     from kalab.upstream import render
 
-    values = yaml.safe_load((REPO / ".lab" / "hami" / "values.yaml").read_text())  # what lab.py up rendered
+    values = yaml.safe_load((LAB_DIR / "hami" / "values.yaml").read_text())  # what lab.py up rendered
     values.setdefault("hami", {}).setdefault("webhook", {})["failurePolicy"] = "Fail"
     objs = render({"name": hami["release"], "chart": "vgpu", "values": values}, hami["namespace"],
                   versions()["K8S_VERSION"].lstrip("v"), tmp_path)
     (hook,) = [o for o in objs if o["kind"] == "MutatingWebhookConfiguration"]
     assert {w["failurePolicy"] for w in hook["webhooks"]} == {"Fail"}
-    ca = base64.b64encode((REPO / ".lab" / "hami" / "tls.crt").read_bytes()).decode()
+    ca = base64.b64encode((LAB_DIR / "hami" / "tls.crt").read_bytes()).decode()
     closed = socket.socket()  # bound, never listening: the API server's connection is refused
     closed.bind(("127.0.0.1", 0))
     url = f"https://127.0.0.1:{closed.getsockname()[1]}"

@@ -28,7 +28,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-from lab_fixture import converge_cluster, wait_for
+from lab_fixture import LAB_DIR, converge_cluster, wait_for
 
 pytestmark = [pytest.mark.lab, pytest.mark.cluster_only]
 
@@ -89,7 +89,7 @@ def patch(lab, kind: str, name: str, body: dict, *extra: str) -> tuple[bool, str
 def hami(lab):
     """The cluster play's releases (their policies), HAMi's lab processes, a served and an exempted namespace."""
     converge_cluster(lab, {HAMI_RELEASE, GM_RELEASE}, namespace=RELEASE_NS)
-    info = json.loads((REPO / ".lab" / "hami" / "info.json").read_text())
+    info = json.loads((LAB_DIR / "hami" / "info.json").read_text())
     assert info["scheduler_user"] == f"system:serviceaccount:{RELEASE_NS}:{HAMI_RELEASE}-scheduler", info
     lab.namespace(NS)
     lab.namespace(EXEMPT_NS)

@@ -3,9 +3,9 @@
 #   hosts:   venv -> podman, host and Molecule images -> Molecule scenarios (podman hosts; the one Go-built command a
 #            scenario copies in, containerd 2.x, is built by its test: tests/molecule/test_scenarios.py)
 #   cluster: what the lab runs (Go builds) -> pytest (lab integration tests in one process; beside it the lab tests
-#            that need no podman host (marker cluster_only) on a second lab, and, at background priority, the rest of
-#            the upstream builds, lint, ansible-test sanity on the built collection, then the unit, chart and
-#            conformance tests)
+#            that need no podman host (marker cluster_only) on a second lab and the cluster bench on its own lab,
+#            and, at background priority, the rest of the upstream builds, lint, ansible-test sanity on the built
+#            collection, then the unit, chart and conformance tests)
 # The Molecule lane starts as soon as its images exist, so its ~35 minutes (every scenario run) pass beside the Go
 # builds and pytest instead of after them. Its output goes to a log printed when both lanes have ended; each stage's
 # time still goes through scripts/stage.sh. Exit status: non-zero when any stage failed.
@@ -54,20 +54,21 @@ if scripts/stage.sh lab-tools scripts/toolchain.sh lab; then
     orc=0; scripts/stage.sh toolchain scripts/toolchain.sh all || orc=1
     scripts/stage.sh lint "${make[@]}" lint || orc=1
     scripts/stage.sh sanity "${make[@]}" sanity || orc=1
-    pytest_lane pytest -m "not lab" --durations=30 || orc=1; exit "$orc"; } >"$other_log" 2>&1 &
+    pytest_lane pytest -m "not lab and not bench" --durations=30 || orc=1; exit "$orc"; } >"$other_log" 2>&1 &
   other_pid=$!
   # The lab tests that need only the lab's cluster, not its podman hosts or what an earlier lab test left
   # (marker cluster_only), run on a second lab of their own (tests/lab_fixture.py: KA_LAB_DIR, KA_LAB_NAME; no
   # hosts), at the lab lane's priority: the two labs' tests wait on their API servers and pods at different
-  # times, so the one lab lane of before, the critical path, is split in two that overlap (BENCHMARKS.md).
+  # times, so the one lab lane of before, the critical path, is split in two that overlap (BENCHMARKS.md). The
+  # cluster bench (marker bench, a lab of its own) runs in this lane too: it ended first, the background lane last.
   second_log=$(mktemp -t ka-pytest-lab2.XXXXXX)
   KA_LAB_DIR=$PWD/.lab/second KA_LAB_NAME=kube-accel-lab-second \
-    pytest_lane pytest-lab2 -m "lab and cluster_only" --durations=20 >"$second_log" 2>&1 &
+    pytest_lane pytest-lab2 -m "(lab and cluster_only) or bench" --durations=20 >"$second_log" 2>&1 &
   second_pid=$!
   pytest_lane pytest-lab -m "lab and not cluster_only" --durations=40 || rc=1
   wait "$second_pid" || rc=1
   wait "$other_pid" || rc=1
-  echo "== lab tests on the second lab (cluster_only) =="
+  echo "== lab tests on the second lab (cluster_only) and the cluster bench =="
   cat "$second_log"
   echo "== toolchain; lint; ansible-test sanity; unit, chart and conformance tests =="
   cat "$other_log"

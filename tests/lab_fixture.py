@@ -114,7 +114,8 @@ def lab() -> Lab:
 
 def converge_cluster(lab: Lab, releases: set[str], namespace: str | None = None) -> None:
     """Run the cluster play on the lab unless helm already lists every release in ``releases`` (in ``namespace``, or
-    any): in a full run test_site_lab.py has converged the lab before the tests that need its releases."""
+    any). On the first lab an earlier site run (the upgrade test's, test_site_lab.py's) has converged it; on a lab of
+    the cluster_only tests' own, the first test that needs the releases runs the play."""
     if releases <= set(lab.releases(namespace)):
         return
     bin_dir = Path(sys.executable).parent

@@ -28,8 +28,8 @@ NODES = ("lab-mps-0", "lab-pgpu-0", "lab-timeslice-0")
 
 @pytest.fixture(scope="module")
 def standin(lab):
-    """The stand-in's directory, with the cluster play's releases deployed and every node registered. In a full run
-    test_site_lab.py (before this file) has converged the lab; alone, this runs the cluster play."""
+    """The stand-in's directory, with the cluster play's releases deployed and every node registered (the cluster
+    play runs here unless an earlier test installed them: converge_cluster)."""
     from kalab.processes import running
     from kalab.standins import DP_STANDIN
 

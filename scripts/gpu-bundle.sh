@@ -26,7 +26,7 @@ REPO=$(cd "$HERE/.." && pwd)
 OUT=${1:-$REPO/build/gpu-bundle}
 # shellcheck source=scripts/goenv.sh
 . "$HERE/goenv.sh"
-export GOFLAGS="-trimpath -buildvcs=false"
+export GOFLAGS="$KA_GOFLAGS"
 C=$KA_CACHE/gpu-bundle
 UP=$KA_CACHE/upstream/bin
 VENV=${VENV:-$REPO/.venv}

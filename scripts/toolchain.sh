@@ -11,7 +11,7 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=scripts/goenv.sh
 . "$HERE/goenv.sh"
 BIN="$KA_CACHE/bin"
-export CGO_ENABLED=0 GOFLAGS="-trimpath -buildvcs=false"
+export CGO_ENABLED=0 GOFLAGS="$KA_GOFLAGS"
 mkdir -p "$BIN"
 
 log() { printf '[toolchain] %s\n' "$*" >&2; }

@@ -25,7 +25,7 @@ REPO=$(cd "$HERE/.." && pwd)
 . "$HERE/goenv.sh"
 KA_UPSTREAM_SRC=${KA_UPSTREAM_SRC:-$REPO/../shared/upstream}
 UP="$KA_CACHE/upstream"
-export GOFLAGS="-trimpath -buildvcs=false -mod=mod"
+export GOFLAGS="$KA_GOFLAGS -mod=mod"
 PINNED_SHA256="$HERE/upstream.sha256"
 # go-nvml binds libnvidia-ml through cgo (dlopen at run time): the NVIDIA binaries need cgo to build.
 export CGO_ENABLED=1
@@ -65,9 +65,11 @@ PROXY_BINS=(
   "github.com/containerd/containerd/v2/cmd/ctr@$CONTAINERD2_VERSION=ctr-${CONTAINERD2_VERSION#v}"
   "github.com/NVIDIA/nvidia-container-toolkit/cmd/nvidia-container-runtime@$NVIDIA_CTK_VERSION=nvidia-container-runtime-${NVIDIA_CTK_VERSION#v}"
   "sigs.k8s.io/cri-tools/cmd/crictl@$CRICTL_VERSION=crictl-${CRICTL_VERSION#v}"
-  "github.com/prometheus/prometheus/cmd/promtool@$PROMETHEUS_VERSION=promtool-${PROMETHEUS_VERSION#v}"
-  # The lab's monitoring chain (scripts/kalab/monitoring.py): Prometheus without the cloud service discoveries (its
-  # README's remove_all_sd tag; static and file SD stay), prometheus-adapter serving custom.metrics.k8s.io.
+  # promtool and the lab's monitoring chain (scripts/kalab/monitoring.py): Prometheus without the cloud service
+  # discoveries (its README's remove_all_sd tag; static and file SD stay), prometheus-adapter serving
+  # custom.metrics.k8s.io. One tag for both: the second build reuses the first one's packages, and neither downloads
+  # nor compiles the cloud SDKs (AWS, Azure, GCE, ...), which `test rules` never calls (BENCHMARKS.md "Cold").
+  "github.com/prometheus/prometheus/cmd/promtool@$PROMETHEUS_VERSION=promtool-${PROMETHEUS_VERSION#v}=remove_all_sd"
   "github.com/prometheus/prometheus/cmd/prometheus@$PROMETHEUS_VERSION=prometheus-${PROMETHEUS_VERSION#v}=remove_all_sd"
   "sigs.k8s.io/prometheus-adapter/cmd/adapter@$PROMETHEUS_ADAPTER_VERSION=prometheus-adapter-${PROMETHEUS_ADAPTER_VERSION#v}"
   # kube-state-metrics: kube_node_labels, which the dashboard's pool panels and the missing-exporter alert join on.
@@ -195,7 +197,7 @@ build_proxy_bins() {
         cd "$scratch"
         go mod init ka-build >/dev/null 2>&1
         go get "$spec"
-        GOFLAGS="-trimpath -buildvcs=false" go build -tags "$tags" -ldflags "-s -w" -o "$out" "${spec%@*}"
+        GOFLAGS="$KA_GOFLAGS" go build -tags "$tags" -ldflags "-s -w" -o "$out" "${spec%@*}"
       ) || { rm -rf "$scratch"; die "building $name failed"; }
       rm -rf "$scratch"
       printf '%s' "$key" >"$out.stamp"
@@ -302,7 +304,7 @@ build_package_harness() {
     done
     rm "$work/vendor/modules.txt" && mv "$work/vendor/modules.txt.new" "$work/vendor/modules.txt"
   fi
-  (cd "$work" && GOFLAGS="-trimpath -buildvcs=false -mod=vendor" go test -c -vet=off -ldflags "-s -w" -o "$out" "$pkg")
+  (cd "$work" && GOFLAGS="$KA_GOFLAGS -mod=vendor" go test -c -vet=off -ldflags "-s -w" -o "$out" "$pkg")
   printf '%s' "$key" >"$out.stamp"
   built "ka-conform-$name" "$t0"
 }

@@ -16,7 +16,8 @@
 # builds beside them (scripts/test.sh); anything the lab needs later is built on demand under the same per-output lock
 # (`proxy NAME`, `harness NAME`), so two lanes never build one output twice.
 #
-# Usage: scripts/upstream.sh [all|lab|lab-outputs|src|bin|proxy [NAME...]|harness [NAME...]|crds|path ARCHIVE|goenv]
+# Usage: scripts/upstream.sh [all|lab|lab-outputs|monitoring|src|bin|proxy [NAME...]|harness [NAME...]|crds|
+#                            path ARCHIVE|goenv]
 set -euo pipefail
 
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -79,7 +80,10 @@ PROXY_BINS=(
 # What the local lab runs (scripts/kalab): config-manager in the device-plugin stand-in, HAMi's scheduler, the GPU
 # Operator's controller and gpu-admission; the harnesses the stand-ins load configs with (deviceplugin, dra-slices)
 # and the one test_hami_lab.py decodes HAMi's node annotation with (hami-config). The monitoring chain's Prometheus,
-# adapter and kube-state-metrics are built on demand by scripts/kalab/monitoring.py (`proxy NAME`).
+# adapter and kube-state-metrics (LAB_MONITORING: name prefixes in PROXY_BINS) are built on demand by
+# scripts/kalab/monitoring.py (`proxy NAME`), and first by `all`: the lab's monitoring test, late in the lab lane, then
+# finds them built instead of waiting on builds at background priority (a cold CI timed out there).
+LAB_MONITORING=(prometheus kube-state-metrics)
 LAB_BINS=(config-manager hami-scheduler gpu-operator gpu-admission)
 LAB_HARNESSES=(deviceplugin dra-slices hami-config)
 # A name in LAB_* that nothing builds (renamed, removed) fails `lab` by name instead of leaving the lab without it.
@@ -337,6 +341,7 @@ case "${1:-all}" in
   src) for e in "${ARCHIVES[@]}"; do unpack "$(field "$e" 0)"; done ;;
   bin) build_bins; build_proxy_bins ;;
   proxy) shift; build_proxy_bins "$@" ;;
+  monitoring) build_proxy_bins "${LAB_MONITORING[@]}" ;;
   harness) shift; build_harnesses "$@" ;;
   crds) fetch_crds ;;
   path) unpack "$2" >/dev/null; printf '%s\n' "$UP/src/$2" ;;
@@ -359,11 +364,12 @@ case "${1:-all}" in
     ;;
   all)
     for e in "${ARCHIVES[@]}"; do unpack "$(field "$e" 0)"; done
+    build_proxy_bins "${LAB_MONITORING[@]}"
     build_bins
     build_proxy_bins
     build_harnesses
     fetch_crds
     ;;
-  *) echo "usage: $0 [all|lab|lab-outputs|src|bin|proxy [NAME...]|harness [NAME...]|crds|path ARCHIVE|goenv]" >&2; exit 2 ;;
+  *) echo "usage: $0 [all|lab|lab-outputs|monitoring|src|bin|proxy [NAME...]|harness [NAME...]|crds|path ARCHIVE|goenv]" >&2; exit 2 ;;
 esac
 log "ready in $UP"

@@ -4,8 +4,8 @@
 #            scenario copies in, containerd 2.x, is built by its test: tests/molecule/test_scenarios.py)
 #   cluster: what the lab runs (Go builds) -> pytest (lab integration tests in one process; beside it the lab tests
 #            that need no podman host (marker cluster_only) on a second lab and the cluster bench on its own lab,
-#            and, at background priority, the rest of the upstream builds, lint, ansible-test sanity on the built
-#            collection, then the unit, chart and conformance tests)
+#            and, at background priority, the rest of the upstream builds beside lint and ansible-test sanity on the
+#            built collection, then the unit, chart and conformance tests beside the podman-host tests (marker podman))
 # The Molecule lane starts as soon as its images exist, so its ~35 minutes (every scenario run) pass beside the Go
 # builds and pytest instead of after them. Its output goes to a log printed when both lanes have ended; each stage's
 # time still goes through scripts/stage.sh. Exit status: non-zero when any stage failed.
@@ -51,10 +51,26 @@ if scripts/stage.sh lab-tools scripts/toolchain.sh lab; then
   # At background CPU priority, as Molecule's lane (scripts/background.sh): the lab lane decides the total and waits
   # on pods and the API between its Ansible runs, which this lane's builds and tests fill (BENCHMARKS.md "Test suite").
   { scripts/background.sh --pid "$BASHPID"
-    orc=0; scripts/stage.sh toolchain scripts/toolchain.sh all || orc=1
-    scripts/stage.sh lint "${make[@]}" lint || orc=1
-    scripts/stage.sh sanity "${make[@]}" sanity || orc=1
-    pytest_lane pytest -m "not lab and not bench" --durations=30 || orc=1; exit "$orc"; } >"$other_log" 2>&1 &
+    orc=0
+    # Lint and sanity need none of the builds below (helm, which helm lint runs, comes with the lab's tools): they run
+    # beside them, and the pytest processes start once the builds are done. One after the other, the last ~1,100 s of
+    # a cold run were this lane alone on the machine, one process at a time (BENCHMARKS.md "Cold at 302174c").
+    checks_log=$(mktemp -t ka-checks.XXXXXX)
+    { crc=0; scripts/stage.sh lint "${make[@]}" lint || crc=1
+      scripts/stage.sh sanity "${make[@]}" sanity || crc=1; exit "$crc"; } >"$checks_log" 2>&1 &
+    checks_pid=$!
+    scripts/stage.sh toolchain scripts/toolchain.sh all || orc=1
+    # Two pytest processes: the podman-host tests (marker podman, ~470 s warm) beside the rest (unit, chart and
+    # conformance tests, the real node, the plan corpus; ~650 s).
+    podman_log=$(mktemp -t ka-pytest-podman.XXXXXX)
+    pytest_lane pytest-podman -m "podman and not lab and not bench" --durations=10 >"$podman_log" 2>&1 &
+    podman_pid=$!
+    pytest_lane pytest -m "not lab and not bench and not podman" --durations=30 || orc=1
+    wait "$podman_pid" || orc=1
+    wait "$checks_pid" || orc=1
+    echo "== lint; ansible-test sanity =="; cat "$checks_log"
+    echo "== podman-host tests =="; cat "$podman_log"; rm -f "$checks_log" "$podman_log"
+    exit "$orc"; } >"$other_log" 2>&1 &
   other_pid=$!
   # The lab tests that need only the lab's cluster, not its podman hosts or what an earlier lab test left
   # (marker cluster_only), run on a second lab of their own (tests/lab_fixture.py: KA_LAB_DIR, KA_LAB_NAME; no

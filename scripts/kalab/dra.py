@@ -249,9 +249,11 @@ def publisher(kubeconfig: Path, node_name: str, snapshot: Path, log: Path, mig_g
     that are deleted or changed) writing to ``log``; it prints {"published": N} once the slices are stored. Stop it
     with SIGTERM (the process group: it runs under unshare)."""
     spec = mock_spec(node_name, snapshot, mig_geometry, derive_uuids)
-    empty = tempfile.mkdtemp(prefix="ka-dra-sysfs-")
+    # Beside the log, in the lab's process directory, so it goes with the lab (mkdtemp left one per start in /tmp).
+    empty = log.with_name(f"{log.name}.sysfs")
+    empty.mkdir(exist_ok=True)
     with open(log, "ab") as out:
-        proc = subprocess.Popen(_command(node_name, empty, f"--kubeconfig={kubeconfig}", "--serve"),
+        proc = subprocess.Popen(_command(node_name, str(empty), f"--kubeconfig={kubeconfig}", "--serve"),
                                 stdin=subprocess.PIPE, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
     proc.stdin.write(json.dumps(spec).encode())
     proc.stdin.close()

@@ -120,8 +120,18 @@ def test_molecule_scenario(scenario: Scenario, record_property):
             run_logged([molecule, "destroy", "-s", scenario.name], scenario.cwd, env, log, 300)
         first_destroy = round(time.monotonic() - started, 1)
         try:
-            rc, stages, tail = run_logged([molecule, "test", "-s", scenario.name, "--destroy", "never"],
-                                          scenario.cwd, env, log, 45 * 60)
+            argv = [molecule, "test", "-s", scenario.name, "--destroy", "never"]
+            rc, stages, tail = run_logged(argv, scenario.cwd, env, log, 45 * 60)
+            if rc != 0 and list(stages)[-1:] == ["create"]:
+                # Only the podman driver's own create playbook failed, before any of the scenario's code ran: once, in
+                # a cold CI under load 20, its podman_container job failed reading `podman inspect` output that was not
+                # JSON (BENCHMARKS.md, "Cold at 302174c"). One more try, said in the output; a second failure fails.
+                print(f"molecule {scenario.id}: the driver's create failed; destroying and running once more")
+                log.write("# the driver's create failed: destroy, then one more `molecule test`\n")
+                run_logged([molecule, "destroy", "-s", scenario.name], scenario.cwd, env, log, 300)
+                retried = stages
+                rc, stages, tail = run_logged(argv, scenario.cwd, env, log, 45 * 60)
+                stages = {k: round(retried.get(k, 0.0) + stages.get(k, 0.0), 1) for k in {**retried, **stages}}
             stages["destroy"] = round(stages.get("destroy", 0.0) + first_destroy, 1)
             if rc == 0:
                 hosts = hosts_state(scenario, data["images"])

@@ -105,7 +105,7 @@ def chart_images(helm: str, kube_version: str) -> set[str]:
 
 def operator_images() -> set[str]:
     from ansible_collections.kube_accel.gpu.plugins.filter import accel_operator  # noqa: PLC0415 - aliases module_utils like Ansible does
-    from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_pools  # noqa: PLC0415
+    from ansible_collections.kube_accel.gpu.plugins.module_utils.plan import pools as accel_pools  # noqa: PLC0415
 
     example_mig = accel_pools.collect_pools({"gpu-01": {
         "accel_pool": "mig", "accel_mode": "pgpu", "accel_mig_strategy": "mixed", "accel_mig_owner": "operator",

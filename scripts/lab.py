@@ -23,7 +23,7 @@ import json
 import sys
 from pathlib import Path
 
-from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_constants
+from ansible_collections.kube_accel.gpu.plugins.module_utils.common import constants as accel_constants
 from kalab import monitoring as monitoring_chain
 from kalab.cluster import cluster_running, delete_cluster, start_cluster
 from kalab.hosts import start_hosts, stop_hosts

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""Render what is generated from accel_inventory.VARIABLES (the one list of variables, with their defaults): the
-variable table of README.md and of roles/preflight/README.md, and the preflight role's ``inventory`` argument spec.
+"""Render what is generated from plan.inventory.VARIABLES (the one list of variables, with their defaults): the
+variable table of docs/inventory.md and of roles/preflight/README.md, and the preflight role's ``inventory`` argument
+spec.
 
   readme_vars.py          rewrite the three
   readme_vars.py --check  exit 1 when one is out of date
@@ -12,10 +13,10 @@ import sys
 from pathlib import Path
 
 import yaml
-from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_inventory import argument_spec, variables_markdown
+from ansible_collections.kube_accel.gpu.plugins.module_utils.plan.inventory import argument_spec, variables_markdown
 
 REPO = Path(__file__).resolve().parent.parent
-TABLES = (REPO / "README.md", REPO / "roles" / "preflight" / "README.md")
+TABLES = (REPO / "docs" / "inventory.md", REPO / "roles" / "preflight" / "README.md")
 ARGUMENT_SPECS = REPO / "roles" / "preflight" / "meta" / "argument_specs.yml"
 
 BEGIN, END = "<!-- variables-table -->", "<!-- /variables-table -->"
@@ -41,7 +42,7 @@ def rendered_spec(text: str) -> str:
     """argument_specs.yml with its ``inventory`` options rendered from argument_spec()."""
     head = text.split(SPEC_ANCHOR, 1)[0]
     block = {"inventory": {"short_description": "kube-accel inventory variables (generated from "
-                                                "plugins/module_utils/accel_inventory.py VARIABLES)",
+                                                "plugins/module_utils/plan/inventory.py VARIABLES)",
                            "options": argument_spec()}}
     dumped = yaml.dump(block, Dumper=_Dumper, sort_keys=False, width=100, default_flow_style=False, allow_unicode=True)
     return head + "".join(f"  {line}\n" if line else "\n" for line in dumped.splitlines())

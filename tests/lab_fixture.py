@@ -101,7 +101,7 @@ def lab() -> Lab:
 
     kubeconfig = LAB_DIR / "kubeconfig"
     api = client.CoreV1Api(config.new_client_from_config(str(kubeconfig)))
-    from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_constants  # noqa: PLC0415
+    from ansible_collections.kube_accel.gpu.plugins.module_utils.common import constants as accel_constants  # noqa: PLC0415
 
     key = accel_constants.LABELS["pool"]
     by_pool: dict[str, list[str]] = {}

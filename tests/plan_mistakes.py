@@ -148,7 +148,7 @@ def run(inventory: Path, playbook: str = "ansible/site.yml") -> dict:
 
 def render_doc(report: dict) -> str:
     """docs/plan-checks.md: every check of the preflight with the message it gave on the table's case."""
-    from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_plan
+    from ansible_collections.kube_accel.gpu.plugins.module_utils.plan import rules as accel_plan
 
     lines = [
         "# Plan checks",
@@ -161,20 +161,20 @@ def render_doc(report: dict) -> str:
         "",
         "## How a plan is checked",
         "",
-        "1. **The inventory model** (`plugins/module_utils/accel_inventory.py`, one definition per variable: scope,",
+        "1. **The inventory model** (`plugins/module_utils/plan/inventory.py`, one definition per variable: scope,",
         "   type, allowed values, range, default, the grammar of what the value reaches). The `accel_plan` action",
         "   reads the inventory on the controller as Ansible does: every group's and host's own variables and extra",
         "   vars (unknown names, with and without the `accel_` prefix, and role variables, with \"did you mean\"), and",
         "   each",
         "   GPU host's effective values, each templated on its own (a broken template is that value's problem only),",
         "   checked as written: a boolean is a YAML boolean, an integer is no `4.0` or `\"7\"`, a list is no string",
-        "   (`plugins/module_utils/accel_values.py`). Cluster settings are checked once, where the cluster play reads",
+        "   (`plugins/module_utils/plan/values.py`). Cluster settings are checked once, where the cluster play reads",
         "   them (`kube_control_plane[0]`), and every GPU host must see the same; the hosts of one pool must agree on",
         "   every pool setting; settings a pool's mode or backend ignores are refused when set for that pool (defaults",
         "   for every pool belong in `group_vars/all` or `gpu_pools`); pool settings that reach no GPU host, and",
         "   `group_vars`/`host_vars` files that name no group or host, are reported",
-        "   (`plugins/module_utils/accel_plan_inventory.py`).",
-        "2. **The plan rules** (`plugins/module_utils/accel_plan.py`) on each GPU host's settings that passed and its",
+        "   (`plugins/module_utils/plan/inventory_check.py`).",
+        "2. **The plan rules** (`plugins/module_utils/plan/rules.py`) on each GPU host's settings that passed and its",
         "   GPU facts (NVML, or a recorded snapshot): " + ", ".join(f"`{r.__name__}`" for r in accel_plan.RULES) + ".",
         "3. **One report per host**, every problem at once; the reporter (`kube_control_plane[0]`, or localhost) lists",
         "   the cluster's and the inventory's own problems and those of GPU hosts the run does not reach. Any problem",

@@ -1,7 +1,7 @@
 # Copyright: kube-accel contributors
 # Apache License 2.0
 """Action for kube_accel.gpu.accel_plan: reads the inventory as Ansible does and checks it against kube-accel's model
-(plugins/module_utils/accel_plan_inventory.py). Runs on the controller only; documentation in
+(plugins/module_utils/plan/inventory_check.py). Runs on the controller only; documentation in
 plugins/modules/accel_plan.py."""
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from pathlib import Path
 from ansible.plugins.action import ActionBase
 from ansible.utils.vars import combine_vars
 from ansible.vars.plugins import get_vars_from_inventory_sources, get_vars_from_path
-from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_plan_inventory
-from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_values import oversized
+from ansible_collections.kube_accel.gpu.plugins.module_utils.plan import inventory_check as accel_plan_inventory
+from ansible_collections.kube_accel.gpu.plugins.module_utils.plan.values import oversized
 
 try:  # ansible-core 2.19+ tags every loaded value with where it came from (display only; absent: no origins)
     from ansible._internal._datatag._tags import Origin

@@ -1,6 +1,7 @@
 # Copyright: kube-accel contributors
 # Apache License 2.0
-"""Cluster connection options of every kube-accel module that talks to Kubernetes (accel_kube.KUBE_ARGUMENT_SPEC)."""
+"""Cluster connection options of every kube-accel module that talks to Kubernetes
+(cluster.client.KUBE_ARGUMENT_SPEC)."""
 
 
 class ModuleDocFragment:

@@ -1,6 +1,6 @@
 # Copyright: kube-accel contributors
 # Apache License 2.0
-"""Where a GPU facts module reads NVML and sysfs (accel_gpu_facts.SOURCE_OPTIONS): nvidia_gpu_facts and
+"""Where a GPU facts module reads NVML and sysfs (host.gpu_facts.SOURCE_OPTIONS): nvidia_gpu_facts and
 accel_host_facts."""
 
 

@@ -1,10 +1,10 @@
 # Copyright: kube-accel contributors
 # Apache License 2.0
-"""Jinja filters for the driver, SR-IOV and IOMMU roles; the logic is module_utils/accel_driver.py."""
+"""Jinja filters for the driver, SR-IOV and IOMMU roles; the logic is module_utils/plan/driver.py."""
 
 from __future__ import annotations
 
-from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_driver
+from ansible_collections.kube_accel.gpu.plugins.module_utils.plan import driver as accel_driver
 
 
 def accel_apt_moves(policy_text, packages, pin, installed_extra=None):

@@ -4,7 +4,7 @@
 
 from __future__ import annotations
 
-from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_maintenance
+from ansible_collections.kube_accel.gpu.plugins.module_utils.cluster import maintenance as accel_maintenance
 
 
 class FilterModule:

@@ -7,7 +7,7 @@
 
 from __future__ import annotations
 
-from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_operator_values
+from ansible_collections.kube_accel.gpu.plugins.module_utils.helm import operator_values as accel_operator_values
 
 
 def accel_gpu_operator_values(pools, cluster=None):

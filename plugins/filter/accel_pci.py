@@ -1,11 +1,11 @@
 # Copyright: kube-accel contributors
 # Apache License 2.0
-"""Jinja filters for PCI addresses and ids, sharing the parsing of module_utils/accel_sysfs.py."""
+"""Jinja filters for PCI addresses and ids, sharing the parsing of module_utils/host/sysfs.py."""
 
 from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_sysfs
+from ansible_collections.kube_accel.gpu.plugins.module_utils.host import sysfs as accel_sysfs
 
 
 def accel_pci_bdf(value: str) -> str:

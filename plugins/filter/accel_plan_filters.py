@@ -5,7 +5,8 @@
 from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_mig, accel_plan
+from ansible_collections.kube_accel.gpu.plugins.module_utils.plan import mig as accel_mig
+from ansible_collections.kube_accel.gpu.plugins.module_utils.plan import rules as accel_plan
 
 
 def _plain(value):

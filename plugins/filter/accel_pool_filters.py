@@ -4,13 +4,15 @@
 
 from __future__ import annotations
 
-from ansible_collections.kube_accel.gpu.plugins.module_utils import (
-    accel_chart_values,
-    accel_labels,
-    accel_ownership,
-    accel_pools,
-    accel_verify,
+from ansible_collections.kube_accel.gpu.plugins.module_utils.cluster import labels as accel_labels
+from ansible_collections.kube_accel.gpu.plugins.module_utils.helm import ownership as accel_ownership
+from ansible_collections.kube_accel.gpu.plugins.module_utils.helm import pool_charts as accel_chart_values
+from ansible_collections.kube_accel.gpu.plugins.module_utils.plan import pools as accel_pools
+from ansible_collections.kube_accel.gpu.plugins.module_utils.plan.cluster_settings import (
+    cluster_problems,
+    cluster_settings,
 )
+from ansible_collections.kube_accel.gpu.plugins.module_utils.verify import pool_checks as accel_verify
 
 # Facts of every host the pools need: its GPUs, and its os-release as the preflight read it (NFD's OS labels).
 HOST_FACTS = ("nvidia_gpus", "preflight_os_release")
@@ -81,13 +83,13 @@ def accel_sharing_changes(changes):
 
 
 def accel_cluster_settings(variables, runtime_class=""):
-    """{accel_* name: value} -> the cluster settings the releases read (accel_chart_values.cluster_settings)."""
-    return accel_chart_values.cluster_settings(dict(variables or {}), runtime_class)
+    """{accel_* name: value} -> the cluster settings the releases read (cluster_settings)."""
+    return cluster_settings(dict(variables or {}), runtime_class)
 
 
 def accel_cluster_problems(pools, cluster):
-    """Why these pools cannot be installed with these cluster settings (accel_chart_values.cluster_problems)."""
-    return accel_chart_values.cluster_problems(pools, cluster)
+    """Why these pools cannot be installed with these cluster settings (cluster_problems)."""
+    return cluster_problems(pools, cluster)
 
 
 def accel_pool_releases(pools, cluster, prefix=accel_chart_values.RELEASE_PREFIX, chart_dir="", timeout=""):

@@ -4,7 +4,7 @@
 
 from __future__ import annotations
 
-from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_constants
+from ansible_collections.kube_accel.gpu.plugins.module_utils.common import constants as accel_constants
 
 
 def accel_label(name: str) -> str:

@@ -1,12 +1,13 @@
 # Copyright: kube-accel contributors
 # Apache License 2.0
-"""Jinja filters for repository keys and host files without quoting; the logic is module_utils/accel_openpgp.py and
-module_utils/accel_host_files.py."""
+"""Jinja filters for repository keys and host files without quoting; the logic is module_utils/host/openpgp.py and
+module_utils/host/file_values.py."""
 
 from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_host_files, accel_openpgp
+from ansible_collections.kube_accel.gpu.plugins.module_utils.host import file_values as accel_host_files
+from ansible_collections.kube_accel.gpu.plugins.module_utils.host import openpgp as accel_openpgp
 
 
 def accel_openpgp_check(text, pinned):

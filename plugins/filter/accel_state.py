@@ -4,7 +4,7 @@
 
 from __future__ import annotations
 
-from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_host_state
+from ansible_collections.kube_accel.gpu.plugins.module_utils.host import state as accel_host_state
 
 
 class FilterModule:

@@ -104,12 +104,12 @@ host:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_gpu_facts import (
+from ansible_collections.kube_accel.gpu.plugins.module_utils.host.gpu_facts import (
     SOURCE_OPTIONS,
     SnapshotError,
     gather_for_module,
 )
-from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_host_facts import gather_host
+from ansible_collections.kube_accel.gpu.plugins.module_utils.host.system_facts import gather_host
 
 
 def run_module():

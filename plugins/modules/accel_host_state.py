@@ -109,7 +109,7 @@ import json
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_host_state import check, record, state
+from ansible_collections.kube_accel.gpu.plugins.module_utils.host.state import check, record, state
 
 
 def read(path):

@@ -65,8 +65,8 @@ refused:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_kube import KUBE_ARGUMENT_SPEC, api_client
-from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_pod_security import namespace_manifest, plan
+from ansible_collections.kube_accel.gpu.plugins.module_utils.cluster.client import KUBE_ARGUMENT_SPEC, api_client
+from ansible_collections.kube_accel.gpu.plugins.module_utils.cluster.pod_security import namespace_manifest, plan
 
 try:
     from kubernetes import client

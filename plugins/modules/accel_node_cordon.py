@@ -128,9 +128,13 @@ import os
 import traceback
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_kube import KUBE_ARGUMENT_SPEC, api_client, api_error
-from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_lease import default_holder, find_playbook_pid
-from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_maintenance import (
+from ansible_collections.kube_accel.gpu.plugins.module_utils.cluster.client import (
+    KUBE_ARGUMENT_SPEC,
+    api_client,
+    api_error,
+)
+from ansible_collections.kube_accel.gpu.plugins.module_utils.cluster.lease import default_holder, find_playbook_pid
+from ansible_collections.kube_accel.gpu.plugins.module_utils.cluster.maintenance import (
     ConflictError,
     converge,
     lookup,

@@ -118,7 +118,12 @@ import json
 import traceback
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_drain import (
+from ansible_collections.kube_accel.gpu.plugins.module_utils.cluster.client import (
+    KUBE_ARGUMENT_SPEC,
+    api_client,
+    api_error,
+)
+from ansible_collections.kube_accel.gpu.plugins.module_utils.cluster.drain import (
     Blocked,
     daemonset_namespaces,
     drain,
@@ -126,7 +131,6 @@ from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_drain import 
     outdated_on_delete,
     select_pods,
 )
-from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_kube import KUBE_ARGUMENT_SPEC, api_client, api_error
 
 
 def outdated_pods(apps, pods: list[dict]) -> list[dict]:

@@ -100,8 +100,8 @@ switching:
 import json
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_kube import KUBE_ARGUMENT_SPEC, api_client
-from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_labels import (
+from ansible_collections.kube_accel.gpu.plugins.module_utils.cluster.client import KUBE_ARGUMENT_SPEC, api_client
+from ansible_collections.kube_accel.gpu.plugins.module_utils.cluster.labels import (
     PATCH_WORKERS,
     diff_of,
     nodes_from_list,

@@ -17,7 +17,7 @@ description:
   - Missing md5sums files and architecture problems are reported and left alone (not caused by an interruption).
   - A healthy database reports no change. In check mode nothing runs but the read-only checks; the result says
     what would run. With diff, C(before) lists what was found and C(after) what is left.
-  - Logic and tests in module_utils/accel_package_db.py; see roles/package_db.
+  - Logic and tests in module_utils/host/package_db.py; see roles/package_db.
 version_added: "0.1.0"
 author: kube-accel contributors (@kube-accel)
 options:
@@ -85,7 +85,7 @@ msg:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_package_db import (
+from ansible_collections.kube_accel.gpu.plugins.module_utils.host.package_db import (
     PackageDbError,
     check_timeout,
     describe,

@@ -10,7 +10,7 @@ short_description: Check the whole inventory against kube-accel's model before a
 description:
   - >-
     Reads the inventory as Ansible does, on the controller, and checks it against kube-accel's inventory model
-    (C(plugins/module_utils/accel_inventory.py)) - every C(accel_*) variable in every group's and host's own variables
+    (C(plugins/module_utils/plan/inventory.py)) - every C(accel_*) variable in every group's and host's own variables
     and in extra vars (unknown names, with and without the prefix, with "did you mean"), each GPU host's effective
     values (strict types as written, ranges, choices, the grammar of the file, URL or Kubernetes name each value
     reaches), the cluster settings where the cluster play reads them (C(kube_control_plane[0])), the pool membership

@@ -142,13 +142,13 @@ import contextlib
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_constants import (
+from ansible_collections.kube_accel.gpu.plugins.module_utils.cluster.client import KUBE_ARGUMENT_SPEC, api_client
+from ansible_collections.kube_accel.gpu.plugins.module_utils.common.constants import (
     OWNERSHIP_CONFIGMAP,
     POOL_DERIVED_NAMES,
 )
-from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_kube import KUBE_ARGUMENT_SPEC, api_client
-from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_ownership import stale
-from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_verify import (
+from ansible_collections.kube_accel.gpu.plugins.module_utils.helm.ownership import stale
+from ansible_collections.kube_accel.gpu.plugins.module_utils.verify.pool_checks import (
     FAKE_NODE_ANNOTATION,
     LAB_CAPACITY_ANNOTATION,
     LAB_CAPACITY_FROM_INVENTORY,
@@ -178,7 +178,7 @@ def pod_ready(pod) -> bool:
 
 def start_job(batch, core, p, pool) -> dict:
     """Create the pool's verify Job (after its predecessor of an earlier run is gone); what finish_job needs."""
-    # The preflight refuses a pool name that would make this name invalid (accel_values "pool_name").
+    # The preflight refuses a pool name that would make this name invalid (plan.values "pool_name").
     name = POOL_DERIVED_NAMES["verify Job"].format(pool=pool["pool"])
     ns = p["namespace"]
     dra = pool.get("dra")

@@ -272,20 +272,19 @@ diff:
 import traceback
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
-from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_helm import (
-    HelmError,
-    ReleaseSpec,
-    desired_values,
-    ensure_absent,
-    ensure_present,
-    module_helm,
-)
-from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_kube import KUBE_ARGUMENT_SPEC
-from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_lease import (
+from ansible_collections.kube_accel.gpu.plugins.module_utils.cluster.client import KUBE_ARGUMENT_SPEC
+from ansible_collections.kube_accel.gpu.plugins.module_utils.cluster.lease import (
     RUN_LOCK_ARGUMENT_SPEC,
     release_lock_check,
 )
-from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_yaml import YAML_IMPORT_ERROR
+from ansible_collections.kube_accel.gpu.plugins.module_utils.common.pyyaml import YAML_IMPORT_ERROR
+from ansible_collections.kube_accel.gpu.plugins.module_utils.helm.client import ReleaseSpec, module_helm
+from ansible_collections.kube_accel.gpu.plugins.module_utils.helm.errors import HelmError
+from ansible_collections.kube_accel.gpu.plugins.module_utils.helm.release import (
+    desired_values,
+    ensure_absent,
+    ensure_present,
+)
 
 
 def argument_spec() -> dict:

@@ -138,18 +138,15 @@ diff:
 """
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
-from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_helm import (
-    HelmError,
-    ensure_each_present,
-    module_helm,
-    release_specs,
-)
-from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_kube import KUBE_ARGUMENT_SPEC
-from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_lease import (
+from ansible_collections.kube_accel.gpu.plugins.module_utils.cluster.client import KUBE_ARGUMENT_SPEC
+from ansible_collections.kube_accel.gpu.plugins.module_utils.cluster.lease import (
     RUN_LOCK_ARGUMENT_SPEC,
     release_lock_check,
 )
-from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_yaml import YAML_IMPORT_ERROR
+from ansible_collections.kube_accel.gpu.plugins.module_utils.common.pyyaml import YAML_IMPORT_ERROR
+from ansible_collections.kube_accel.gpu.plugins.module_utils.helm.client import module_helm
+from ansible_collections.kube_accel.gpu.plugins.module_utils.helm.errors import HelmError
+from ansible_collections.kube_accel.gpu.plugins.module_utils.helm.release import ensure_each_present, release_specs
 
 
 def failure_details(error) -> dict:

@@ -133,8 +133,8 @@ import sys
 import traceback
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_kube import KUBE_ARGUMENT_SPEC, api_client
-from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_lease import (
+from ansible_collections.kube_accel.gpu.plugins.module_utils.cluster.client import KUBE_ARGUMENT_SPEC, api_client
+from ansible_collections.kube_accel.gpu.plugins.module_utils.cluster.lease import (
     LEASE_NAME,
     LeaseClient,
     LeaseError,

@@ -157,7 +157,7 @@ ansible_facts:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_gpu_facts import (
+from ansible_collections.kube_accel.gpu.plugins.module_utils.host.gpu_facts import (
     SOURCE_OPTIONS,
     SnapshotError,
     gather_for_module,

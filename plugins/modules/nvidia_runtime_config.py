@@ -77,7 +77,7 @@ import os
 import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_runtime_config import holds_only, merge
+from ansible_collections.kube_accel.gpu.plugins.module_utils.host.runtime_config import holds_only, merge
 
 
 def remove(module, path, old):

@@ -69,7 +69,7 @@ writes:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_sysfs import SysfsError, apply_numvfs, normalize_bdf
+from ansible_collections.kube_accel.gpu.plugins.module_utils.host.sysfs import SysfsError, apply_numvfs, normalize_bdf
 
 
 def main():

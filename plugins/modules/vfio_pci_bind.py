@@ -66,7 +66,7 @@ not_bound:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_sysfs import (
+from ansible_collections.kube_accel.gpu.plugins.module_utils.host.sysfs import (
     VFIO_DRIVER,
     SysfsError,
     bind_driver,

@@ -9,7 +9,7 @@ Per pool (expect.json is what kube-accel promised, from its own code at bundle t
   kernel ran on) and to 1/N of the memory (an allocation above it refused);
 - one-more: a pod beyond the promise stays Pending, unschedulable for lack of the resource (the real scheduler);
 - tenant (pgpu): a pod that requests no GPU but sets NVIDIA_VISIBLE_DEVICES=all on the nvidia RuntimeClass gets none
-  (kube-accel's runtime setting, issue 31).
+  (kube-accel's runtime setting).
 Without a GPU (E2E_NO_GPU=1): the agents' DaemonSets rolled out on the real kubelet (every pod current, its
 containers started: the MPS pool's agents stop at NVML and restart) and the node advertises none.
 - site (where the bundle's Ansible ran): ``ansible-playbook site.yml`` (preflight, cluster and, with a GPU, verify

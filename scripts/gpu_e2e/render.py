@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Render what kube-accel's cluster play would install for each pool of ``pools.yml`` on one node: the release
-values (accel_chart_values.pool_releases, the code behind the play's accel_pool_releases filter) through the repo's
-own charts with helm, the node's labels and taints (accel_pools.desired_nodes, behind accel_desired_nodes), the
-RuntimeClass roles/pool_charts creates, and what the node must then advertise (accel_pools.advertised_resources,
+values (helm.pool_charts.pool_releases, the code behind the play's accel_pool_releases filter) through the repo's
+own charts with helm, the node's labels and taints (plan.pools.desired_nodes, behind accel_desired_nodes), the
+RuntimeClass roles/pool_charts creates, and what the node must then advertise (plan.pools.advertised_resources,
 behind the verify module's expectations), and the inventory ``site.yml`` runs with on the GPU host itself.
 scripts/gpu-e2e.sh runs site.yml with that inventory where the bundle's Ansible fits the host's Python, and applies
 the rendered manifests itself where it does not (or where site.yml failed: the pools are still checked).
@@ -23,12 +23,11 @@ import yaml
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "src"))  # noqa: E402 (the collection's import path in a checkout, as tests use it)
 
-from ansible_collections.kube_accel.gpu.plugins.module_utils import (  # noqa: E402
-    accel_chart_values,
-    accel_constants,
-    accel_pools,
-    accel_values,
-)
+from ansible_collections.kube_accel.gpu.plugins.module_utils.common import constants as accel_constants  # noqa: E402
+from ansible_collections.kube_accel.gpu.plugins.module_utils.helm import pool_charts as accel_chart_values  # noqa: E402
+from ansible_collections.kube_accel.gpu.plugins.module_utils.plan import pools as accel_pools  # noqa: E402
+from ansible_collections.kube_accel.gpu.plugins.module_utils.plan import values as accel_values  # noqa: E402
+from ansible_collections.kube_accel.gpu.plugins.module_utils.plan.cluster_settings import cluster_settings  # noqa: E402
 from footprint import E2E_ROOT  # noqa: E402 (gpu-e2e.sh's E: the bundle unpacks there)
 
 
@@ -57,7 +56,7 @@ def inventory(node: str, settings: dict, cluster: dict) -> dict:
         },
         "children": {
             "kube_control_plane": {"hosts": {"e2e-control-plane": local}},
-            # A pool is a group under gpu_pools (README "Inventory"): pool_<name>, holding the node.
+            # A pool is a group under gpu_pools (docs/inventory.md): pool_<name>, holding the node.
             "gpu_pools": {"children": {f"pool_{settings['accel_pool']}": {"hosts": {node: {**local, **settings}}}}},
         },
     }}
@@ -67,7 +66,7 @@ def render_pool(out: Path, node: str, pool: str, settings: dict, cluster: dict, 
     for name, value in settings.items():
         checked(name, value)
     pools = accel_pools.collect_pools({node: settings})
-    releases = accel_chart_values.pool_releases(pools, accel_chart_values.cluster_settings(cluster))
+    releases = accel_chart_values.pool_releases(pools, cluster_settings(cluster))
     docs = [{
         "apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass",
         "metadata": {"name": accel_constants.RUNTIME_CLASS}, "handler": accel_constants.RUNTIME_CLASS,

@@ -1,5 +1,5 @@
 """What NVIDIA's DRA driver (dra-driver-nvidia-gpu v0.4.1) publishes for a lab node whose GPUs are a recorded NVML
-snapshot (issue 33): its kubelet plugin's own device enumeration and ResourceSlice publishing, run by
+snapshot: its kubelet plugin's own device enumeration and ResourceSlice publishing, run by
 ka-conform-dra-slices (tests/conformance/go/dra-slices, built by scripts/upstream.sh) over go-nvml's mock.
 
   resource_slices(node_name, snapshot, mig_geometry=None, derive_uuids=False) -> list of resource.k8s.io/v1
@@ -26,7 +26,7 @@ import tempfile
 import uuid
 from pathlib import Path
 
-from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_mig
+from ansible_collections.kube_accel.gpu.plugins.module_utils.plan import mig as accel_mig
 
 from kalab.site import UPSTREAM_BIN
 

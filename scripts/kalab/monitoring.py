@@ -1,4 +1,4 @@
-"""The lab's monitoring chain (issue 19): what kube-accel deployed, evaluated by the real Prometheus stack.
+"""The lab's monitoring chain: what kube-accel deployed, evaluated by the real Prometheus stack.
 
 Upstream code (binaries built from the Go module proxy by scripts/upstream.sh, versions in scripts/versions.env):
   prometheus           Prometheus (the PromQL harness's version), one scrape job per ServiceMonitor endpoint as the
@@ -33,7 +33,7 @@ import urllib.request
 from pathlib import Path
 
 import yaml
-from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_constants
+from ansible_collections.kube_accel.gpu.plugins.module_utils.common import constants as accel_constants
 
 from kalab.processes import free_port, http_ok, https_ok, last_lines, procs_dir, running, start, stop_one
 from kalab.site import BIN, REPO, UPSTREAM_BIN, kubectl_apply, log, versions

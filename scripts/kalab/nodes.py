@@ -11,8 +11,8 @@ import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_pools
-from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_verify import (
+from ansible_collections.kube_accel.gpu.plugins.module_utils.plan import pools as accel_pools
+from ansible_collections.kube_accel.gpu.plugins.module_utils.verify.pool_checks import (
     LAB_CAPACITY_ANNOTATION,
     LAB_CAPACITY_FROM_INVENTORY,
 )

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
-from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_gpu_facts
+from ansible_collections.kube_accel.gpu.plugins.module_utils.host import gpu_facts as accel_gpu_facts
 
 REPO = Path(__file__).resolve().parents[2]  # scripts/kalab/site.py
 

@@ -1,4 +1,4 @@
-"""The lab's stand-ins for what needs a GPU or a kubelet (issues 15 and 19): lab code, named "stand-in" in logs,
+"""The lab's stand-ins for what needs a GPU or a kubelet: lab code, named "stand-in" in logs,
 processes and the verify table. Each runs as a lab process, this module run by the lab's Python
 (`python -m kalab.standins standin|dp-standin|exporter`, standin_process):
   hami-device-plugin-standin   for HAMi's device plugin: on nodes that run the vgpu chart's device-plugin pod it
@@ -19,7 +19,7 @@ processes and the verify table. Each runs as a lab process, this module run by t
                    (re)name times its replicas. Under a MIG strategy (MIG devices need a GPU) it writes what a MIG
                    pool's node starts with, the inventory's promise marked as such (kalab.nodes), or nothing on a
                    node that started without MIG.
-  dra-kubelet-plugin-standin   for NVIDIA's DRA driver's kubelet plugin (dra pools, issue 33): while the driver's
+  dra-kubelet-plugin-standin   for NVIDIA's DRA driver's kubelet plugin (dra pools): while the driver's
                    kubelet-plugin pod is Running on a node it runs, per node, the driver's own device enumeration and
                    ResourceSlice publishing code over the host's recorded NVML snapshot (kalab.dra.publisher; process
                    dra-slices-NODE; the snapshot's own UUIDs, which the host's NVML facts report too, as a real
@@ -59,9 +59,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import yaml
-from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_chart_values import DRA_DRIVER_IMAGE
-from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_constants import DRA_DRIVER_NAME
-from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_verify import (
+from ansible_collections.kube_accel.gpu.plugins.module_utils.common.constants import DRA_DRIVER_NAME
+from ansible_collections.kube_accel.gpu.plugins.module_utils.helm.pool_charts import DRA_DRIVER_IMAGE
+from ansible_collections.kube_accel.gpu.plugins.module_utils.verify.pool_checks import (
     DRA_SLICES_STANDIN,
     LAB_CAPACITY_ANNOTATION,
     LAB_CAPACITY_FROM_INVENTORY,
@@ -84,7 +84,7 @@ HAMI_DEVICES_TO_ALLOCATE = "hami.io/vgpu-devices-to-allocate"
 DP_STANDIN = "device-plugin-standin"
 RESTART_AFTER = 10  # seconds, the kubelet's first CrashLoopBackOff delay
 
-# The name verify gives the publisher of a kwok node's ResourceSlices (accel_verify.DRA_SLICES_STANDIN).
+# The name verify gives the publisher of a kwok node's ResourceSlices (verify.pool_checks.DRA_SLICES_STANDIN).
 DRA_STANDIN = DRA_SLICES_STANDIN.split()[0]
 
 EXPORTER = "dcgm-exporter-standin"
@@ -469,7 +469,7 @@ def dp_standin(root: Path, hosts_json: Path) -> None:
         time.sleep(1)
 
 
-# -- the DRA kubelet-plugin stand-in: ResourceSlices while the driver's kubelet-plugin pod runs (issue 33) -------
+# -- the DRA kubelet-plugin stand-in: ResourceSlices while the driver's kubelet-plugin pod runs -------
 
 
 def dra_plugin_pods(pods: list[dict], nodes: set[str]) -> dict[str, dict]:

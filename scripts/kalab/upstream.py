@@ -1,4 +1,4 @@
-"""Upstream components the lab runs as local processes (issue 15), and what `lab.py up` starts of them for an
+"""Upstream components the lab runs as local processes, and what `lab.py up` starts of them for an
 inventory (start_upstream). The stand-ins for what needs a GPU are kalab.standins.
 
 Upstream code (binaries built by scripts/upstream.sh, configured exactly as the charts configure them):
@@ -35,11 +35,10 @@ import time
 from pathlib import Path
 
 import yaml
-from ansible_collections.kube_accel.gpu.plugins.module_utils import (
-    accel_chart_values,
-    accel_operator_values,
-    accel_pools,
-)
+from ansible_collections.kube_accel.gpu.plugins.module_utils.helm import operator_values as accel_operator_values
+from ansible_collections.kube_accel.gpu.plugins.module_utils.helm import pool_charts as accel_chart_values
+from ansible_collections.kube_accel.gpu.plugins.module_utils.plan import pools as accel_pools
+from ansible_collections.kube_accel.gpu.plugins.module_utils.plan.cluster_settings import cluster_settings
 
 from kalab import processes
 from kalab.nodes import capacity_by_standin, inventory_capacity
@@ -430,7 +429,7 @@ def start_upstream(site: Site, hosts: dict[str, dict]) -> None:
 
 def start_hami_for_inventory(site: Site, hosts: dict[str, dict], first: dict) -> None:
     # The cluster settings the play's pool_charts role passes (accel_control_plane_cidrs included).
-    cluster = accel_chart_values.cluster_settings(first)
+    cluster = cluster_settings(first)
     release = hami_release(hosts, cluster)
     if release is None:
         return
@@ -444,7 +443,7 @@ def start_hami_for_inventory(site: Site, hosts: dict[str, dict], first: dict) ->
 
 
 def start_gpu_admission_for_inventory(site: Site, hosts: dict[str, dict], first: dict) -> None:
-    cluster = accel_chart_values.cluster_settings(first)
+    cluster = cluster_settings(first)
     release = gpu_manager_release(hosts, cluster)
     if release is None:
         return

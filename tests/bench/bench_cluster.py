@@ -38,12 +38,10 @@ from pathlib import Path
 from typing import NamedTuple
 
 import yaml
-from ansible_collections.kube_accel.gpu.plugins.module_utils import (  # noqa: E402
-    accel_chart_values,
-    accel_constants,
-    accel_gpu_facts,
-    accel_pools,
-)
+from ansible_collections.kube_accel.gpu.plugins.module_utils.common import constants as accel_constants  # noqa: E402
+from ansible_collections.kube_accel.gpu.plugins.module_utils.helm import pool_charts as accel_chart_values  # noqa: E402
+from ansible_collections.kube_accel.gpu.plugins.module_utils.host import gpu_facts as accel_gpu_facts  # noqa: E402
+from ansible_collections.kube_accel.gpu.plugins.module_utils.plan import pools as accel_pools  # noqa: E402
 from benchlib import BIN, REPO, Row, ansible_env, log, ratio_line, run_playbook, stopwatch, write_rows  # noqa: E402
 from kalab.cluster import audit_log, cluster_running  # scripts/kalab: the lab's cluster, nodes and paths
 from kalab.nodes import node_api, node_manifest
@@ -62,7 +60,7 @@ CREATE_WORKERS = 16
 REQUEST_TIMEOUT_S = 60
 LABEL_TASK = "Reconcile the labels and taints of every pool's nodes"
 PROFILE_LINE = re.compile(r"^(?P<task>.+?) -{3,} (?P<secs>\d+\.\d+)s$")
-# The module names itself by its FQCN (accel_kube.api_client: kube-accel/<module._name>).
+# The module names itself by its FQCN (cluster.client.api_client: kube-accel/<module._name>).
 LABEL_AGENT = "kube-accel/kube_accel.gpu.accel_node_labels"
 # A fresh lab is idle once the API server serves fewer requests than this per second (about 1/s at rest).
 IDLE_REQUESTS_PER_S = 20

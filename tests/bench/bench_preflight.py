@@ -5,7 +5,7 @@ baseline commit, side by side in one run.
 The inventory has ``--hosts`` GPU hosts (default 200) dealt over pools of every mode, each on a recorded NVML
 snapshot (tests/data/nvml), with ``ansible_connection: local``: what is timed is the preflight's own work (facts,
 plan model, rules, report), not SSH. Each round runs the baseline and this checkout once, alternating which goes
-first; the median of ``--rounds`` (default 3) is compared (issue 30: it may not grow by more than 20 %).
+first; the median of ``--rounds`` (default 3) is compared.
 
 The baseline is checked out from this repository's own history into a temporary git worktree (``--baseline``, a
 commit; default: the commit before the strict inventory model, ``BASELINE``).
@@ -24,7 +24,7 @@ from pathlib import Path
 import yaml
 from benchlib import REPO, Row, ansible_env, log, ratio_line, settle, stopwatch, write_rows
 
-# The last commit with the argument-spec preflight (before issue 30's strict model).
+# The last commit with the argument-spec preflight (before the strict inventory model).
 BASELINE = "779c2dd"
 SNAPSHOTS = REPO / "tests" / "data" / "nvml"
 # pool group -> (settings, snapshot): every mode and backend the preflight has rules for.

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from benchlib import OUT, REPO, Row, read_rows  # noqa: E402
 
-# Targets from issue 7, checked where the rows to compute them exist.
+# Targets (BENCHMARKS.md), checked where the rows to compute them exist.
 FLEET_SCALE_MAX = 2.0
 RERUN_SHARE_MAX = 0.25
 OVERHEAD_MAX = 1.5

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import kubernetes_validate
 import yaml
-from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_chart_values
+from ansible_collections.kube_accel.gpu.plugins.module_utils.plan.cluster_settings import cluster_settings
 
 REPO = Path(__file__).resolve().parents[2]
 CHARTS_DIR = REPO / "charts"
@@ -42,10 +42,10 @@ def tool(name: str) -> str | None:
 
 def play_cluster(inventory: str) -> dict:
     """The cluster settings the cluster play's pool_charts role passes for ``inventories/<inventory>``: its
-    group_vars/all.yml through accel_chart_values.cluster_settings, the code behind the role's accel_cluster_settings
+    group_vars/all.yml through cluster_settings, the code behind the role's accel_cluster_settings
     filter (control-plane CIDRs, metrics peers, image digests included)."""
     variables = yaml.safe_load((REPO / "inventories" / inventory / "group_vars" / "all.yml").read_text()) or {}
-    return accel_chart_values.cluster_settings(variables)
+    return cluster_settings(variables)
 
 
 def values_files(chart: str) -> list[Path]:

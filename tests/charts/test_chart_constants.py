@@ -9,7 +9,10 @@ import subprocess
 
 import pytest
 import yaml
-from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_constants, accel_inventory, accel_plan
+from ansible_collections.kube_accel.gpu.plugins.module_utils.common import constants as accel_constants
+from ansible_collections.kube_accel.gpu.plugins.module_utils.plan import inventory as accel_inventory
+from ansible_collections.kube_accel.gpu.plugins.module_utils.plan import rules as accel_plan
+from ansible_collections.kube_accel.gpu.plugins.module_utils.plan.dra_rules import MIN_KUBERNETES_DRA
 from chartlib import CHARTS, CHARTS_DIR, NAMESPACE, REPO, SUPPORTED_KUBE_VERSIONS
 
 
@@ -84,8 +87,8 @@ def test_kube_version_floor_is_the_oldest_version_the_tests_validate():
 
 def test_dra_pools_floor_is_the_preflights_dra_floor():
     """DRA pools alone need resource.k8s.io/v1: their chart's floor is the minor the preflight requires of a dra pool
-    (accel_plan.MIN_KUBERNETES_DRA), and nothing older than the product's floor."""
-    assert _minimum(meta("dra-pools")["kubeVersion"]) == accel_plan.MIN_KUBERNETES_DRA[:2]
+    (plan.dra_rules.MIN_KUBERNETES_DRA), and nothing older than the product's floor."""
+    assert _minimum(meta("dra-pools")["kubeVersion"]) == MIN_KUBERNETES_DRA[:2]
     assert _minimum(meta("dra-pools")["kubeVersion"]) >= _minimum(meta("pgpu")["kubeVersion"])
 
 

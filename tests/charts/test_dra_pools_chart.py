@@ -1,4 +1,4 @@
-"""charts/dra-pools (DRA pools, issue 33) rendered over its values: every object is valid Kubernetes at the chart's
+"""charts/dra-pools (DRA pools) rendered over its values: every object is valid Kubernetes at the chart's
 floor (1.34, resource.k8s.io/v1) and at the newest schema kubernetes-validate ships, carries the product's labels,
 and the values schema refuses what the classes cannot mean. The classes' selection on the real scheduler is the lab's
 (tests/integration/test_dra_lab.py); the values the cluster play passes, tests/unit/test_dra_cluster.py."""

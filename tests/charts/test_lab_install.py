@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_constants
+from ansible_collections.kube_accel.gpu.plugins.module_utils.common import constants as accel_constants
 from chartlib import CHARTS_DIR
 
 pytestmark = [pytest.mark.lab, pytest.mark.cluster_only]
@@ -78,10 +78,10 @@ def runtime_class(lab):
 
 @pytest.fixture(scope="module", autouse=True)
 def exempt_namespace(lab):
-    """The test releases' namespace, exempted from the cluster play's HAMi webhook as an administrator does it (README
-    "Security model"): the pgpu and mps test pods ask for nvidia.com/gpu, which that webhook would hand to HAMi's
-    scheduler, and the charts' own pods there carry the hami.io/webhook=ignore label that its tenant policy refuses
-    in a namespace the webhook serves."""
+    """The test releases' namespace, exempted from the cluster play's HAMi webhook as an administrator does it
+    (docs/modes/vgpu.md "HAMi and whole-GPU pools in one cluster"): the pgpu and mps test pods ask for nvidia.com/gpu,
+    which that webhook would hand to HAMi's scheduler, and the charts' own pods there carry the hami.io/webhook=ignore
+    label that its tenant policy refuses in a namespace the webhook serves."""
     subprocess.run([str(lab.kubectl), "--kubeconfig", str(lab.kubeconfig), "create", "namespace", NAMESPACE],
                    capture_output=True, text=True, check=False, timeout=60)
     proc = subprocess.run([str(lab.kubectl), "--kubeconfig", str(lab.kubeconfig), "label", "namespace", NAMESPACE,

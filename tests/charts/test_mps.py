@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 
 import yaml
-from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_constants
+from ansible_collections.kube_accel.gpu.plugins.module_utils.common import constants as accel_constants
 from chartlib import (
     CHARTS_DIR,
     NAMESPACE,

@@ -1,4 +1,4 @@
-"""Who may reach the vgpu chart's ports (issue 31, low findings): no NetworkPolicy rule of any release admits every
+"""Who may reach the vgpu chart's ports: no NetworkPolicy rule of any release admits every
 pod-network source unless the values say so; metrics ports (gpu-manager's also serves /debug/pprof/) admit only
 metricsFrom; HAMi's webhook/extender port only controlPlaneFrom, which the cluster play always fills for a HAMi pool
 (accel_control_plane_cidrs, refused when empty)."""
@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import pytest
 import yaml
-from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_chart_values, accel_pools
+from ansible_collections.kube_accel.gpu.plugins.module_utils.plan import pools as accel_pools
+from ansible_collections.kube_accel.gpu.plugins.module_utils.plan.cluster_settings import cluster_problems
 from chartlib import VALUES_DIR, play_cluster, render
 from test_release_values import inventory_hosts, releases
 
@@ -73,11 +74,11 @@ def test_a_hami_pool_without_control_plane_cidrs_is_refused():
     """The cluster play's pool_charts role asserts these problems are none before it installs anything."""
     pools = accel_pools.collect_pools(inventory_hosts("lab"))
     cluster = {**play_cluster("lab"), "control_plane_cidrs": []}
-    (problem,) = accel_chart_values.cluster_problems(pools, cluster)
+    (problem,) = cluster_problems(pools, cluster)
     assert problem.startswith("accel_control_plane_cidrs = []") and "vgpu-hami" in problem
-    assert accel_chart_values.cluster_problems(pools, play_cluster("lab")) == []
+    assert cluster_problems(pools, play_cluster("lab")) == []
     no_hami = [p for p in pools if accel_pools.release_key(p["settings"]) != "vgpu-hami"]
-    assert accel_chart_values.cluster_problems(no_hami, cluster) == []
+    assert cluster_problems(no_hami, cluster) == []
 
 
 def test_the_values_files_of_hami_releases_carry_control_plane_peers():

@@ -1,4 +1,4 @@
-"""Issue 20 (4): the node agents' writes are limited to their own node by the vgpu chart's ValidatingAdmissionPolicies.
+"""The node agents' writes are limited to their own node by the vgpu chart's ValidatingAdmissionPolicies.
 
 Rendered-manifest facts (the lab proves the behaviour on a real API server: tests/integration/
 test_node_agent_policy_lab.py): every write that a DaemonSet's ServiceAccount holds in RBAC is matched by a policy
@@ -63,7 +63,7 @@ def test_every_node_agent_write_is_limited_to_its_node(helm, values):
             exprs = [v["expression"] for v in spec["validations"]]
             assert exprs[0] == "variables.node != ''"  # a token bound to no node may write nothing
             assert any("== variables.node" in e for e in exprs[1:])
-            # Field by field (issue 31.3): no spec change, labels and annotations only from the agent's own lists,
+            # Field by field: no spec change, labels and annotations only from the agent's own lists,
             # finalizers and owner references untouched (the lists: tests/conformance, the lab proves the rest).
             assert "request.operation != 'UPDATE' || object.spec == oldObject.spec" in exprs
             assert {"size(variables.badLabels) == 0", "size(variables.badAnnotations) == 0"} <= set(exprs)

@@ -8,8 +8,8 @@ import json
 import jsonschema
 import pytest
 import yaml
-from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_operator_values as opv
-from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_pools
+from ansible_collections.kube_accel.gpu.plugins.module_utils.helm import operator_values as opv
+from ansible_collections.kube_accel.gpu.plugins.module_utils.plan import pools as accel_pools
 from chartlib import REPO
 
 SCHEMA = json.loads((REPO / "schemas" / "gpu-operator-values.schema.json").read_text())
@@ -241,7 +241,7 @@ def test_string_flags_from_ansible():
 
 
 def test_node_agents_run_the_digests_nvidia_publishes_and_the_site_may_pin_its_own():
-    """Issue 31.4: the operator's privileged node agents (mig-manager, dcgm-exporter, GFD) run the image NVIDIA's
+    """The operator's privileged node agents (mig-manager, dcgm-exporter, GFD) run the image NVIDIA's
     v26.7.0 bundle pins for their tag; accel_image_digests replaces it ("" pulls by tag); the images the operator
     chart writes as repository/image:version never get a digest (that would be image:sha256:...)."""
     values = opv.gpu_operator_values(LAB_POOLS, {"service_monitor": False})

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import yaml
-from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_constants
+from ansible_collections.kube_accel.gpu.plugins.module_utils.common import constants as accel_constants
 from chartlib import (
     VALUES_DIR,
     container,

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import pytest
 import yaml
-from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_chart_values, accel_constants, accel_pools
+from ansible_collections.kube_accel.gpu.plugins.module_utils.common import constants as accel_constants
+from ansible_collections.kube_accel.gpu.plugins.module_utils.helm import pool_charts as accel_chart_values
+from ansible_collections.kube_accel.gpu.plugins.module_utils.plan import pools as accel_pools
 from chartlib import REPO, containers, one, play_cluster, pod_spec, render, selected_pools
 
 

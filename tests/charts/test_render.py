@@ -7,7 +7,7 @@ import subprocess
 import kubernetes_validate
 import pytest
 import yaml
-from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_constants
+from ansible_collections.kube_accel.gpu.plugins.module_utils.common import constants as accel_constants
 from chartlib import (
     CHARTS,
     CHARTS_DIR,

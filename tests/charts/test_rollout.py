@@ -7,7 +7,7 @@ import json
 
 import pytest
 import yaml
-from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_chart_values as cv
+from ansible_collections.kube_accel.gpu.plugins.module_utils.helm import pool_charts as cv
 from chartlib import CHARTS, CHARTS_DIR, by_kind, helm_template, one, render, values_files
 
 CONTROL_DAEMON = "mps-control-daemon"

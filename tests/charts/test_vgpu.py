@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import yaml
-from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_constants
+from ansible_collections.kube_accel.gpu.plugins.module_utils.common import constants as accel_constants
 from chartlib import (
     VALUES_DIR,
     by_kind,

@@ -1,4 +1,4 @@
-"""Issue 31 (2, 3, low): the vgpu chart's admission objects against pod authors and node agents, as rendered.
+"""The vgpu chart's admission objects against pod authors and node agents, as rendered.
 
 What the objects are (the lab shows on a real kube-apiserver v1.36 that they refuse every bypass and admit HAMi's own
 writes: tests/integration/test_tenant_attacks_lab.py; the names they list are tied to HAMi's code in
@@ -15,7 +15,7 @@ import subprocess
 
 import pytest
 import yaml
-from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_constants
+from ansible_collections.kube_accel.gpu.plugins.module_utils.common import constants as accel_constants
 from chartlib import CHARTS_DIR, NAMESPACE, pod_spec, release_name, render, values_files
 
 POLICY_KINDS = ("ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding")
@@ -82,7 +82,7 @@ def holds_cluster_token(obj: dict) -> bool:
 
 @pytest.mark.parametrize("values", values_files("vgpu"), ids=lambda p: p.stem)
 def test_pods_with_cluster_wide_tokens_stay_off_gpu_nodes(helm, values, tmp_path):
-    """Issue 31 (3): schedulers, extenders, the webhook, gpu-admission and the certgen Jobs hold cluster-wide pod
+    """Schedulers, extenders, the webhook, gpu-admission and the certgen Jobs hold cluster-wide pod
     and node writes: required node affinity keeps them off every node with the pool label (where privileged agents
     and tenants' GPU pods run); they tolerate the control-plane taint. Node agents keep their pool affinity."""
     objs = render("vgpu", [values], "1.36.0", helm=helm)

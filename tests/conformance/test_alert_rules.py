@@ -1,4 +1,4 @@
-"""The monitoring chart's alerts evaluated by Prometheus's own rule engine: `promtool test rules` (issue 19.4).
+"""The monitoring chart's alerts evaluated by Prometheus's own rule engine: `promtool test rules`.
 
 promtool (github.com/prometheus/prometheus v0.316.0, the version ka-conform-promql parses with, built from the Go
 module proxy by scripts/upstream.sh) loads the PrometheusRule's groups as Prometheus would and evaluates them over

@@ -1,4 +1,4 @@
-"""kube-accel's containerd drop-in against a real containerd 2.x, and NVIDIA's own writer measured beside it (issue 16).
+"""kube-accel's containerd drop-in against a real containerd 2.x, and NVIDIA's own writer measured beside it.
 
 containerd v2.4.2 and nvidia-ctk v1.20.2 are built from the Go module proxy by scripts/upstream.sh (versions in
 scripts/versions.env). The module containerd_nvidia_dropin runs as Ansible runs it (its file with an arguments
@@ -122,7 +122,7 @@ def test_check_mode_reports_the_change_and_writes_nothing(host):
 
 
 def test_nvidia_ctk_copies_registry_credentials_into_a_world_readable_dropin(tmp_path):
-    """Why kube-accel does not run `nvidia-ctk runtime configure` for containerd (issue 16, What to build 2): on a
+    """Why kube-accel does not run `nvidia-ctk runtime configure` for containerd: on a
     version 2 config.toml, NVIDIA's writer copies the whole CRI section into its drop-in, registry credentials
     included, at mode 0644 beside a 0640 config.toml. Where it is the same, its runtime entry and ours merge to the
     same runtime in containerd. Should a later nvidia-ctk stop copying credentials, this test fails: reconsider."""

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import upstream
 import yaml
-from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_constants, accel_operator_values
+from ansible_collections.kube_accel.gpu.plugins.module_utils.common import constants as accel_constants
+from ansible_collections.kube_accel.gpu.plugins.module_utils.helm import operator_values as accel_operator_values
 from chartlib import REPO, render
 
 CHART = "monitoring"

@@ -6,7 +6,7 @@ provide): it must get past flag parsing and config loading and stop only where N
 Named configs go through the plugin's own loader and a strict decode (ka-conform-deviceplugin); RBAC is compared
 with the API calls the upstream code makes (RBAC_CALLS, each line re-checked in the source). The device-list
 strategy each config loads with, and the way each agent gets its own GPUs, must work with the NVIDIA runtime as
-roles/container_toolkit configures it (issue 31.1; the runtime's rules: tests/conformance/test_nvidia_ctk.py).
+roles/container_toolkit configures it.
 """
 
 from __future__ import annotations
@@ -19,13 +19,11 @@ import pytest
 import upstream
 import yaml
 from ansible_collections.kube_accel.gpu.plugins.filter import accel_pool_filters
-from ansible_collections.kube_accel.gpu.plugins.module_utils import (
-    accel_chart_values,
-    accel_constants,
-    accel_inventory,
-    accel_mig,
-    accel_pools,
-)
+from ansible_collections.kube_accel.gpu.plugins.module_utils.common import constants as accel_constants
+from ansible_collections.kube_accel.gpu.plugins.module_utils.helm import pool_charts as accel_chart_values
+from ansible_collections.kube_accel.gpu.plugins.module_utils.plan import inventory as accel_inventory
+from ansible_collections.kube_accel.gpu.plugins.module_utils.plan import mig as accel_mig
+from ansible_collections.kube_accel.gpu.plugins.module_utils.plan import pools as accel_pools
 from chartlib import REPO, containers, one, play_cluster, pod_spec, render, rules, values_files
 from kalab.standins import plugin_resources
 

@@ -1,5 +1,5 @@
 """The opaque configs of kube-accel's dra pools against NVIDIA's DRA driver v0.4.1's own code: every sharing setting
-kube-accel accepts, and a set it refuses, rendered by the pool model (accel_pools.dra_opaque_config) and run through
+kube-accel accepts, and a set it refuses, rendered by the pool model (plan.pools.dra_opaque_config) and run through
 the driver's strict decoding, Normalize and Validate as its kubelet plugin runs them when it prepares a claim
 (ka-conform-dra-config: tests/conformance/go/dra-config, built into the plugin's package by scripts/upstream.sh from
 ../shared/upstream/dra-driver-nvidia-gpu-v0.4.1.tar.gz), with the feature gates the inventory sets, through the
@@ -7,8 +7,8 @@ driver's own gate registry. The preflight (accel_plan.host_problems on the recor
 accept exactly what the driver accepts; where kube-accel is stricter on purpose (STRICTER), the test shows that the
 driver's decoding and validation take the value and names why kube-accel does not.
 
-The feature gates themselves: every name kube-accel knows (accel_constants.DRA_FEATURE_GATES) is one the driver
-registers, and kube-accel's check of a gate mapping (accel_values, dra_feature_gates) refuses exactly the mappings the
+The feature gates themselves: every name kube-accel knows (common.constants.DRA_FEATURE_GATES) is one the driver
+registers, and kube-accel's check of a gate mapping (plan.values, dra_feature_gates) refuses exactly the mappings the
 driver's --feature-gates parsing and ValidateFeatureGates refuse.
 """
 
@@ -21,11 +21,12 @@ from dataclasses import dataclass
 
 import pytest
 import upstream
-from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_gpu_facts
-from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_plan as plan
-from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_pools as ap
-from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_constants import DRA_FEATURE_GATES
-from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_values import quantity_bytes, value_problems
+from ansible_collections.kube_accel.gpu.plugins.module_utils.common.constants import DRA_FEATURE_GATES
+from ansible_collections.kube_accel.gpu.plugins.module_utils.host import gpu_facts as accel_gpu_facts
+from ansible_collections.kube_accel.gpu.plugins.module_utils.plan import pools as ap
+from ansible_collections.kube_accel.gpu.plugins.module_utils.plan import rules as plan
+from ansible_collections.kube_accel.gpu.plugins.module_utils.plan.grammars import quantity_bytes
+from ansible_collections.kube_accel.gpu.plugins.module_utils.plan.values import value_problems
 from chartlib import REPO
 
 HARNESS = "ka-conform-dra-config"

@@ -1,4 +1,4 @@
-"""What NVIDIA's DRA driver v0.4.1 publishes for each recorded node (issue 33), computed by the driver's own kubelet
+"""What NVIDIA's DRA driver v0.4.1 publishes for each recorded node, computed by the driver's own kubelet
 plugin code (cmd/gpu-kubelet-plugin: device enumeration, GetDevice, the pool publishResources hands to the
 ResourceSlice controller) over go-nvml's mock filled from tests/data/nvml (kalab.dra, ka-conform-dra-slices); and
 the driver's own opaque-config decoding and validation (ka-conform-dra-config) on configs with a known verdict.
@@ -102,7 +102,7 @@ def test_a_mig_geometry_gives_the_devices_the_plan_asks_for():
     devices = dra.devices("gpu-node-2", record, mig_geometry=geometry)
     assert sorted(attr(d, "profile") for d in devices) == ["1g.10gb", "1g.10gb", "2g.20gb", "3g.40gb"]
     assert all(attr(d, "type") == "mig" for d in devices)
-    # Placements are distinct memory slices (accel_mig's placement; the plugin publishes them as capacities).
+    # Placements are distinct memory slices (plan.mig's placement; the plugin publishes them as capacities).
     used = [n for d in devices for n in d["capacity"] if n.startswith("memorySlice")]
     assert len(used) == len(set(used)) == 4 + 2 + 1 + 1
 

@@ -130,7 +130,7 @@ def test_gpu_manager_flags_exist_upstream(tmp_path, name, release, values):
         assert name_ in defined, f"EXTRA_FLAGS {flag}: gpu-manager v1.1.5 has no such flag"
 
 
-# Issue 31 (3): gpu-manager's writes on its node and the pods it allocates, field by field: (kind, how, key, file,
+# gpu-manager's writes on its node and the pods it allocates, field by field: (kind, how, key, file,
 # line, text). Its node labeler writes the GPU model label and those of --node-labels (cmd/manager/app/app.go:70-79,
 # parsed from EXTRA_FLAGS); the allocator patches its choice onto the pod and, when an allocation fails, sends the
 # pod to pods/status with phase Failed and no annotations at all.

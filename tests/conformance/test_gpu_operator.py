@@ -19,8 +19,10 @@ import jsonschema
 import pytest
 import upstream
 import yaml
-from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_constants, accel_labels, accel_pools
-from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_operator_values as opv
+from ansible_collections.kube_accel.gpu.plugins.module_utils.cluster import labels as accel_labels
+from ansible_collections.kube_accel.gpu.plugins.module_utils.common import constants as accel_constants
+from ansible_collections.kube_accel.gpu.plugins.module_utils.helm import operator_values as opv
+from ansible_collections.kube_accel.gpu.plugins.module_utils.plan import pools as accel_pools
 from chartlib import REPO, tool
 from test_operator_values import LAB_POOLS, MIG_POOL, variant  # the inputs the existing operator tests use
 
@@ -300,7 +302,7 @@ def test_service_monitor_labels_reach_the_service_monitor():
 
 
 def test_operator_labels_its_namespace_for_pod_security():
-    """Issue 20.5: psa.enabled reaches the ClusterPolicy (templates/clusterpolicy.yaml psa block)."""
+    """psa.enabled reaches the ClusterPolicy (templates/clusterpolicy.yaml psa block)."""
     for case in ("inventory-example", "inventory-lab"):
         _, objs = rendered(case)
         assert cluster_policy(objs)["spec"]["psa"] == {"enabled": True}, case
@@ -374,7 +376,7 @@ def test_upstream_label_sources_are_where_we_read_them():
                          ("nodelabeling_controller.go", "func (nlc *nodeLabelingController) updateGPUStateLabels(")]:
         assert go_line(name, needle)
     labels = operator_labels()
-    # What kube-accel writes is what the operator reads (README label table).
+    # What kube-accel writes is what the operator reads (docs/inventory.md "Node labels").
     assert accel_constants.UPSTREAM_LABELS["nfd_pci_nvidia"] in labels["gpu_node_labels"]
     assert (accel_constants.UPSTREAM_LABELS["gpu_present"], "true") == labels["common"]
     assert accel_constants.UPSTREAM_LABELS["deploy_operands"] == labels["operands"]
@@ -478,7 +480,7 @@ def test_operator_outputs_kube_accel_also_writes_carry_the_operators_value():
 # --- Pod Security and the cluster play --------------------------------------------------------------------------------
 
 def test_cluster_play_checks_pod_security_before_installing():
-    """Issue 20.5: the namespace check runs in pre_tasks (before pool_labels, pool_charts, gpu_operator) and
+    """The namespace check runs in pre_tasks (before pool_labels, pool_charts, gpu_operator) and
     covers both namespaces the play installs into; the operator role labels its namespace before helm."""
     (play,) = yaml.safe_load((REPO / "ansible" / "cluster.yml").read_text())
     (task,) = [t for t in play["pre_tasks"] if "kube_accel.gpu.accel_namespaces" in t]
@@ -494,7 +496,7 @@ def test_cluster_play_checks_pod_security_before_installing():
 
 
 def test_redhat_toolkit_repository_checks_signatures():
-    """Issue 20.10: packages and metadata are checked against NVIDIA's published key; issue 31.4: dnf reads that key
+    """Packages and metadata are checked against NVIDIA's published key; dnf reads that key
     from the local copy the role wrote after checking its fingerprint (tasks/repo_key.yml, imported first)."""
     tasks = yaml.safe_load((REPO / "roles" / "container_toolkit" / "tasks" / "repo-redhat.yml").read_text())
     assert tasks[0]["ansible.builtin.import_tasks"] == "repo_key.yml"
@@ -521,7 +523,7 @@ def test_runtime_class_matches_the_toolkit_role():
 # --- the controller as a lab process (scripts/kalab/upstream.py) -----------------------------------------------------
 
 def test_lab_controller_that_cannot_start_stops_lab_up_with_its_own_log_lines(tmp_path):
-    """Issue 15: a component that fails to start stops `lab.py up` with its own last log lines. The chart's
+    """A component that fails to start stops `lab.py up` with its own last log lines. The chart's
     gpu-operator container (rendered with the lab's values) run as the lab runs it, against an API server that does
     not answer: the controller's own error comes back, and no process is left."""
     from kalab.processes import running

@@ -244,7 +244,7 @@ def test_topology_aware_values_case(tmp_path):
 
 @pytest.mark.parametrize(("name", "release", "values"), HAMI_CASES)
 def test_webhook_skips_its_own_pods_and_ignored_namespaces(tmp_path, name, release, values):
-    """Issue 20 (1, 2), issue 31 (2): a pod author cannot opt out of HAMi's webhook: in every namespace it serves
+    """A pod author cannot opt out of HAMi's webhook: in every namespace it serves
     (all but kube-system, the release's and those an administrator labels hami.io/webhook=ignore) it has no
     objectSelector. Only in the release namespace, where the administrator alone creates pods, do the chart's own
     pods (scheduler, device plugin, certgen Jobs) skip it by the pod label, while the chart's own test pod goes
@@ -308,9 +308,9 @@ def test_webhook_gate_still_matches_hami():
 
 @pytest.mark.parametrize(("name", "release", "values"), HAMI_CASES)
 def test_webhook_sends_only_pods_naming_an_extended_resource(tmp_path, name, release, values):
-    """Issue 20 (1): with failurePolicy Fail and the scheduler down, a pod asking for no GPU is still admitted
+    """With failurePolicy Fail and the scheduler down, a pod asking for no GPU is still admitted
     (the lab proves it on the API server: test_hami_lab.py); matchConditions exist from Kubernetes 1.28."""
-    # overwriteEnv (on since issue 31.1) would also write NVIDIA_VISIBLE_DEVICES=none into pods naming no extended
+    # overwriteEnv (on) would also write NVIDIA_VISIBLE_DEVICES=none into pods naming no extended
     # resource, which these skip: the NVIDIA runtime now ignores that variable in unprivileged containers
     # (container_toolkit), so nothing is lost (tests/conformance/test_hami_runtime.py).
     asked = ((values.get("hami") or {}).get("webhook") or {}).get("failurePolicy", "Ignore")
@@ -318,7 +318,7 @@ def test_webhook_sends_only_pods_naming_an_extended_resource(tmp_path, name, rel
         objs = render_case(tmp_path, release, values, kube)
         hooks = one(objs, "MutatingWebhookConfiguration", f"{release}-webhook")["webhooks"]
         want = [{"name": "requests-extended-resource", "expression": EXTENDED_ONLY}] if present else None
-        # Issue 31 (low): without matchConditions, Fail would refuse every pod of every namespace the webhook serves
+        # Without matchConditions, Fail would refuse every pod of every namespace the webhook serves
         # while the scheduler is down: it is rendered as Ignore there, and the certgen patch writes the same.
         policy = asked if present else "Ignore"
         for hook in hooks:
@@ -338,9 +338,9 @@ def _ingress(objs: list[dict], name: str) -> dict[int, list | None]:
 
 @pytest.mark.parametrize(("name", "release", "values"), HAMI_CASES)
 def test_network_policy(tmp_path, name, release, values):
-    """Issue 20 (3): HAMi serves /webhook, /filter and /bind on one port without client certificates
+    """HAMi serves /webhook, /filter and /bind on one port without client certificates
     (cmd/scheduler/main.go:146-148): only controlPlaneFrom may reach it; metrics follow metricsFrom, and no
-    metricsFrom means no scraper at all (issue 31: the metrics ports were open to every pod)."""
+    metricsFrom means no scraper at all."""
     assert 'router.POST("/bind", routes.Bind(sher))' in _line(upstream.HAMI, "cmd/scheduler/main.go", 147)
     objs = render_case(tmp_path, release, values)
     control_plane = values.get("controlPlaneFrom") or []
@@ -357,7 +357,7 @@ def test_network_policy(tmp_path, name, release, values):
 
 @pytest.mark.parametrize(("name", "release", "values"), HAMI_CASES)
 def test_certgen_image_and_privileged_shell(tmp_path, name, release, values):
-    """Issue 20 (8, 9): certgen is the Kubernetes project's image pinned by digest; the privileged postStart
+    """certgen is the Kubernetes project's image pinned by digest; the privileged postStart
     shell gets the lib path as an argument, never inside its script."""
     objs = render_case(tmp_path, release, values)
     jobs = [o for o in objs if o["kind"] == "Job" and "-certgen-" in o["metadata"]["name"]]
@@ -371,7 +371,7 @@ def test_certgen_image_and_privileged_shell(tmp_path, name, release, values):
 
 
 def test_schema_refuses_unsafe_lib_path(tmp_path):
-    """Issue 20 (9), 14.6: libPath must be a plain absolute path ending in /vgpu."""
+    """libPath must be a plain absolute path ending in /vgpu."""
     for bad in ("/usr/local/vgpu;reboot", "/opt/hami", "/usr/local/vgpu/../x/vgpu", "/a b/vgpu", "usr/vgpu"):
         path = tmp_path / "v.yaml"
         path.write_text(yaml.safe_dump({"backend": "hami", "pools": ["p"], "hami": {"devicePlugin": {"libPath": bad}}}))
@@ -382,7 +382,7 @@ def test_schema_refuses_unsafe_lib_path(tmp_path):
     assert helm_template("vgpu", [path]).returncode == 0
 
 
-# -- Issue 31 (2, 3): what a pod author and the node agent may not write, from HAMi v2.10.0 and HAMi-core 8f3a89c --
+# -- What a pod author and the node agent may not write, from HAMi v2.10.0 and HAMi-core 8f3a89c --
 
 # HAMi-core (libvgpu: the in-container enforcement), unpacked by scripts/upstream.sh only at the sha256 that
 # scripts/upstream.sha256 pins.
@@ -584,7 +584,7 @@ def test_no_tenant_policy_below_1_30_or_when_off(tmp_path):
 
 @pytest.mark.parametrize(("name", "release", "values"), HAMI_CASES)
 def test_node_agent_policy_allows_exactly_hamis_writes(tmp_path, name, release, values):
-    """Issue 31 (3): the own-node policies let the device plugin's token change only the annotations HAMi's
+    """The own-node policies let the device plugin's token change only the annotations HAMi's
     device plugin writes (set, or for the node lock only remove), and no label."""
     objs = render_case(tmp_path, release, values)
     for kind in ("nodes", "pods"):

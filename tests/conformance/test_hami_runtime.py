@@ -1,4 +1,4 @@
-"""charts/vgpu (backend hami): GPUs reach a container only through HAMi's allocation (issue 31.1), against HAMi
+"""charts/vgpu (backend hami): GPUs reach a container only through HAMi's allocation, against HAMi
 v2.10.0's code and the NVIDIA runtime as roles/container_toolkit configures it.
 
 - HAMi's device plugin (a fork of NVIDIA's) reads its device-list strategy from DEVICE_LIST_STRATEGY; the chart sets

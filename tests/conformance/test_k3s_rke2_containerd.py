@@ -1,4 +1,4 @@
-"""kube-accel's NVIDIA runtime on hosts shaped like k3s's and RKE2's, loaded by the real containerd 2.x (issue 29).
+"""kube-accel's NVIDIA runtime on hosts shaped like k3s's and RKE2's, loaded by the real containerd 2.x.
 
 k3s and RKE2 (which runs k3s's agent) render /var/lib/rancher/<k3s or rke2>/agent/etc/containerd/config.toml from a Go
 template at every start (k3s pkg/agent/containerd/config.go, writeContainerdConfig: config-v3.toml.tmpl, else

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import upstream
 import yaml
-from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_k8s_names as names
+from ansible_collections.kube_accel.gpu.plugins.module_utils.plan import k8s_names as names
 
 REPO = Path(__file__).resolve().parents[2]
 

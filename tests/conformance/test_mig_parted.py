@@ -16,12 +16,10 @@ from pathlib import Path
 import pytest
 import upstream
 import yaml
-from ansible_collections.kube_accel.gpu.plugins.module_utils import (
-    accel_constants,
-    accel_labels,
-    accel_mig,
-    accel_pools,
-)
+from ansible_collections.kube_accel.gpu.plugins.module_utils.cluster import labels as accel_labels
+from ansible_collections.kube_accel.gpu.plugins.module_utils.common import constants as accel_constants
+from ansible_collections.kube_accel.gpu.plugins.module_utils.plan import mig as accel_mig
+from ansible_collections.kube_accel.gpu.plugins.module_utils.plan import pools as accel_pools
 from chartlib import REPO, pod_spec
 from test_device_plugin import _inventory_hosts, _releases, rendered
 
@@ -77,7 +75,7 @@ def test_plus_me_profiles_are_in_the_set_checked():
 
 @pytest.mark.parametrize("inventory", ["lab", "example"])
 def test_operator_document_of_the_inventory(inventory, tmp_path):
-    from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_operator_values  # noqa: PLC0415
+    from ansible_collections.kube_accel.gpu.plugins.module_utils.helm import operator_values as accel_operator_values  # noqa: PLC0415
 
     pools = accel_pools.collect_pools(_inventory_hosts(inventory))
     document = accel_operator_values.mig_parted_document(pools)

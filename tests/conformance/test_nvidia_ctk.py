@@ -1,7 +1,7 @@
 """CRI-O and Docker: kube-accel's runtime configuration against NVIDIA's own writer, `nvidia-ctk runtime configure`
-(v1.20.2, built from the Go module proxy by scripts/upstream.sh; issue 16, What to build 2). The NVIDIA runtime's own
+(v1.20.2, built from the Go module proxy by scripts/upstream.sh). The NVIDIA runtime's own
 config.toml: the role's merge (module nvidia_runtime_config) against `nvidia-ctk config --set --in-place`, and the
-keys it sets against the toolkit source that reads them (issue 31, What to build 1).
+keys it sets against the toolkit source that reads them.
 
 Measured: for these two runtimes nvidia-ctk writes the same configuration as the container_toolkit role (CRI-O: the
 same drop-in; Docker: the same merge into daemon.json). The role keeps its own template and merge because they work
@@ -22,7 +22,7 @@ import jinja2
 import pytest
 import upstream
 import yaml
-from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_runtime_config import merge
+from ansible_collections.kube_accel.gpu.plugins.module_utils.host.runtime_config import merge
 from kalab.site import versions
 
 REPO = Path(__file__).resolve().parents[2]

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import upstream
 import yaml
-from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_operator_values as opv
+from ansible_collections.kube_accel.gpu.plugins.module_utils.helm import operator_values as opv
 from chartlib import CHARTS_DIR, REPO
 
 ARCHIVE_ENTRY = re.compile(r'^\s*"([^"|]+)\|([^"|]+)\|([^"|]+)\|[^"]*"\s*$', re.M)
@@ -72,7 +72,7 @@ def deployed_images() -> list[tuple[str, str, str]]:
     for values in sorted(CHARTS_DIR.glob("*/values.yaml")):
         _images(yaml.safe_load(values.read_text()), found, f"charts/{values.parent.name}")
     for operand, (repository, image, version) in opv.IMAGES.items():
-        found.append((f"{repository}/{image}", version, f"accel_operator_values.IMAGES[{operand}]"))
+        found.append((f"{repository}/{image}", version, f"helm.operator_values.IMAGES[{operand}]"))
     return found
 
 

@@ -21,7 +21,9 @@ from pathlib import Path
 import pytest
 import upstream
 import yaml
-from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_chart_values, accel_gpu_facts, accel_pools
+from ansible_collections.kube_accel.gpu.plugins.module_utils.helm import pool_charts as accel_chart_values
+from ansible_collections.kube_accel.gpu.plugins.module_utils.host import gpu_facts as accel_gpu_facts
+from ansible_collections.kube_accel.gpu.plugins.module_utils.plan import pools as accel_pools
 from chartlib import one
 from vgpu_cases import render_case
 
@@ -143,7 +145,7 @@ def test_gpu_manager_advertises_what_kube_accel_promises(name):
 
 def test_snapshots_cover_even_and_uneven_memory():
     """The test above must keep telling per-GPU from per-node rounding: the recorded set holds both kinds of GPU
-    memory size (kube-accel rounded per GPU until issue 17, promising 636 blocks where gpu-manager advertises 637)."""
+    memory size (rounding per GPU would promise 636 blocks where gpu-manager advertises 637)."""
     sizes = {n: {int(d["memory_total_bytes"]) % 268435456 == 0
                  for d in yaml.safe_load((NVML / f"{n}.json").read_text())["nvml"]["devices"]} for n in SNAPSHOTS}
     uneven = {n for n, even in sizes.items() if even == {False}}

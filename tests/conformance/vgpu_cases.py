@@ -1,5 +1,5 @@
 """Every vgpu release the conformance tests check: each values file of the chart suite, and the vgpu releases the
-cluster play builds for inventories/example and inventories/lab (accel_chart_values.pool_releases, the play's own
+cluster play builds for inventories/example and inventories/lab (helm.pool_charts.pool_releases, the play's own
 code)."""
 
 from __future__ import annotations

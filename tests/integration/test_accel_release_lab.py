@@ -1,7 +1,7 @@
 """accel_release against the lab cluster, run through ansible-playbook exactly as the cluster play runs it.
 
 Covers: install then no-op (revision unchanged in `helm history`), check mode, diff output, schema refusal with
-nothing installed, helm 4, uninstall, and issue 6 item 5(a): an upgrade whose pod can never become ready is
+nothing installed, helm 4, uninstall, and an upgrade whose pod can never become ready is
 rolled back automatically and the previous revision keeps serving.
 """
 
@@ -155,7 +155,7 @@ def test_helm4_installs_and_is_idempotent(lab, release, tmp_path):
 
 @pytest.mark.parametrize("which", ["helm", "helm4"])
 def test_unready_upgrade_is_rolled_back_and_previous_revision_serves(lab, release, tmp_path, which):
-    """Issue 6 item 5(a): the upgrade's pod can never be scheduled; atomic rollback restores revision 1."""
+    """The upgrade's pod can never be scheduled; atomic rollback restores revision 1."""
     binary = str(getattr(lab, which))
     good = base_args(release, helm_binary=binary)
     assert playbook(lab, good, tmp_path)[0] == 0
@@ -245,7 +245,7 @@ WIDGETS = "widgets.test.kube-accel.io"
 
 
 def test_a_first_install_into_a_cluster_without_the_charts_crds(lab, release, tmp_path):
-    """Issue 29: helm's server dry run applies no crds/, so a chart whose templates hold a resource of its own CRD
+    """Helm's server dry run applies no crds/, so a chart whose templates hold a resource of its own CRD
     (the GPU Operator's ClusterPolicy) could not be rendered on a fresh cluster and the first install failed. On the
     lab's API server without the CRD, the module renders client side and the install applies the CRD first."""
     lab.kubectl_run("delete", "crd", WIDGETS, "--ignore-not-found", "--wait=true")

@@ -1,4 +1,4 @@
-"""The cluster bench (tests/bench/bench_cluster.py) at a small size, so that it cannot silently break (issue 29).
+"""The cluster bench (tests/bench/bench_cluster.py) at a small size, so that it cannot silently break.
 
 It had not run since the GPU Operator joined the lab inventory: a first install on a fresh cluster failed before the
 operator's CRDs existed, and once that was fixed the script no longer found the lab's code outside pytest. Here it

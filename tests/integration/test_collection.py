@@ -62,7 +62,7 @@ def test_artifact_ships_what_users_run_and_nothing_of_the_lab(artifact):
     assert (manifest["namespace"], manifest["name"], manifest["version"]) == ("kube_accel", "gpu", project["version"])
     for wanted in ("meta/runtime.yml", "roles/preflight/tasks/main.yml", "roles/pool_charts/defaults/main.yml",
                    "plugins/modules/nvidia_gpu_facts.py", "plugins/modules/containerd_nvidia_dropin.py",
-                   "plugins/module_utils/accel_pools.py", "plugins/filter/accel_pool_filters.py",
+                   "plugins/module_utils/plan/pools.py", "plugins/filter/accel_pool_filters.py",
                    "charts/pgpu/Chart.yaml", "charts/vgpu/values.schema.json", "ansible/site.yml",
                    "inventories/example/hosts.yml"):
         assert wanted in names, wanted

@@ -1,4 +1,4 @@
-"""NVIDIA k8s-device-plugin v0.20.0's config-manager (the built binary) against the lab's API server (issue 15 c).
+"""NVIDIA k8s-device-plugin v0.20.0's config-manager (the built binary) against the lab's API server.
 
 The pgpu and mps charts are rendered with the lab's release values (the cluster play's accel_pool_releases). Their
 config-manager containers run with exactly their rendered env; only what a pod gets from the kubelet moves:

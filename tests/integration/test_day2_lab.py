@@ -1,4 +1,4 @@
-"""Day 2 in the lab (issue 29, first part): a pool that changes mode leaves no release of its old mode behind.
+"""Day 2 in the lab: a pool that changes mode leaves no release of its old mode behind.
 
 Before, switching the lab's pool "mps" to time-slicing left `kube-accel-mps` at its old revision with its device
 plugin and MPS control daemon on the node, beside the time-slicing release's plugin, and verify failed

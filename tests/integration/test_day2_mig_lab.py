@@ -1,4 +1,4 @@
-"""Day 2 in the lab (issue 29): a pool's MIG geometry removed, then added back, through site.yml, with a GPU workload
+"""Day 2 in the lab: a pool's MIG geometry removed, then added back, through site.yml, with a GPU workload
 running on the pool's node and another on a pool that does not change.
 
 Removed: the hosts play drains lab-mig-0 before roles/mig turns MIG off with nvidia-smi (compute instances, GPU

@@ -1,4 +1,4 @@
-"""ansible/decommission.yml on real podman hosts from the lab host image (README "Day 2", issue 29 "Leaving").
+"""ansible/decommission.yml on real podman hosts from the lab host image (docs/operations.md "Taking hosts out").
 
 Two hosts are set up by the host roles (hosts.yml's order) with settings that write kubelet drop-ins, IOMMU kernel
 arguments, a toolkit and a driver version pin, a MIG record; one also carries an earlier plan's SR-IOV unit. A third

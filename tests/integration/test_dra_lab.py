@@ -1,4 +1,4 @@
-"""DRA pools in the lab (issue 33): the real kube-scheduler v1.36 allocates kube-accel's claims on the dra pool's
+"""DRA pools in the lab: the real kube-scheduler v1.36 allocates kube-accel's claims on the dra pool's
 GPUs, refuses what fits nowhere, and a hostile tenant cannot get a dra pool's GPU around the pool's class.
 
 Evidence: the lab's real kube-apiserver (admission: charts/dra-pools' Validating- and MutatingAdmissionPolicy as the
@@ -7,7 +7,7 @@ cluster play installs them), its real kube-scheduler (DynamicResources plugin, D
 chart: DeviceClasses gpu.nvidia.com and mig.nvidia.com) and kube-accel-dra. The dra node's ResourceSlices come from
 the lab's stand-in dra-kubelet-plugin-standin (kalab.standins): the DRA driver's own enumeration and publishing code
 over the host's recorded NVML snapshot, published while the driver's kubelet-plugin pod runs on the node. Nothing
-here prepares a claim (no kubelet): what a container would see on the GPU is for a GPU run (docs/dra.md).
+here prepares a claim (no kubelet): what a container would see on the GPU is for a GPU run (docs/modes/dra.md).
 
 The attacks of test_driver_class_maps_nvidia_gpu_to_dra_without_the_policies are first shown to succeed on this
 cluster with the chart's two policies unbound (what `claimGuard.enabled: false` and

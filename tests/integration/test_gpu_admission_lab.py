@@ -1,4 +1,4 @@
-"""gpu-admission as the extender of the gpu-manager pool's scheduler in the lab (issue 15 item 4).
+"""gpu-admission as the extender of the gpu-manager pool's scheduler in the lab.
 
 `lab.py up` runs gpu-admission (tkestack 47d56ae, built by scripts/upstream.sh) with the vgpu chart's command, and a
 second kube-scheduler of the lab's version with the KubeSchedulerConfiguration the chart renders for the lab's

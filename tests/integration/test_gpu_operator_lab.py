@@ -1,4 +1,4 @@
-"""The GPU Operator's real controller in the lab (issue 15 item 2).
+"""The GPU Operator's real controller in the lab.
 
 `lab.py up` runs gpu-operator v26.7.0's controller (cmd/gpu-operator, built by scripts/upstream.sh from the pinned
 archive) on 127.0.0.1 against the lab's API server, with the chart's CRDs applied and the chart's own args and env
@@ -22,8 +22,8 @@ import time
 from pathlib import Path
 
 import pytest
-from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_operator_values as opv
-from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_pools
+from ansible_collections.kube_accel.gpu.plugins.module_utils.helm import operator_values as opv
+from ansible_collections.kube_accel.gpu.plugins.module_utils.plan import pools as accel_pools
 from lab_fixture import wait_for
 
 pytestmark = pytest.mark.lab
@@ -80,7 +80,7 @@ def fake_node(lab, name: str, node_labels: dict[str, str]) -> None:
 def intended() -> dict[str, dict]:
     """Node -> what kube-accel means the operator to run there, from the lab inventory's pools: the MIG manager on
     the pools whose MIG layout the operator owns, the DCGM exporter on every pool but VM passthrough."""
-    from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_verify  # noqa: PLC0415
+    from ansible_collections.kube_accel.gpu.plugins.module_utils.verify import pool_checks as accel_verify  # noqa: PLC0415
     from kalab.site import gpu_hosts, inventory
 
     out = {}
@@ -151,7 +151,7 @@ def test_the_operator_namespace_is_exempt_from_hamis_webhook(lab, operator):
 
 
 def test_the_controller_listens_on_loopback_only(operator):
-    """Issue 15: nothing the lab starts listens beyond 127.0.0.1 (after leader election, with every controller on)."""
+    """Nothing the lab starts listens beyond 127.0.0.1 (after leader election, with every controller on)."""
     out = subprocess.run(["ss", "-ltnpH"], capture_output=True, text=True, check=True).stdout
     mine = [line.split()[3] for line in out.splitlines() if f"pid={operator['pid']}," in line]
     assert sorted(mine) == sorted(f"127.0.0.1:{operator[p]}" for p in ("metrics_port", "probe_port")), out

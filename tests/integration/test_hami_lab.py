@@ -1,4 +1,4 @@
-"""HAMi's real scheduler extender and webhook in the lab (issue 15 b).
+"""HAMi's real scheduler extender and webhook in the lab.
 
 `lab.py up` runs hami-scheduler (HAMi v2.10.0, the vgpu chart's command and device config) and a second
 kube-scheduler with the chart's KubeSchedulerConfiguration, on 127.0.0.1 (scripts/kalab/upstream.py). The only lab
@@ -7,7 +7,7 @@ the registration decodes with HAMi's own code; HAMi's metrics report the registe
 memory and cores are filtered and bound by HAMi, which writes its device assignment on them; binpack and spread
 place one pod set differently; a pod whose memory fits no GPU stays Pending with HAMi's reason; HAMi clamps cores
 over 100 to a whole GPU; the webhook sets the scheduler on GPU pods only; with the chart's webhook at failurePolicy
-Fail and nothing answering at its address, only pods asking for a device are refused (issue 20).
+Fail and nothing answering at its address, only pods asking for a device are refused.
 """
 
 from __future__ import annotations
@@ -65,7 +65,8 @@ def device_config(lab, info) -> str:
 
 
 def snapshot_gpus(host: str) -> list[dict]:
-    from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_gpu_facts, accel_pools  # noqa: PLC0415
+    from ansible_collections.kube_accel.gpu.plugins.module_utils.host import gpu_facts as accel_gpu_facts  # noqa: PLC0415
+    from ansible_collections.kube_accel.gpu.plugins.module_utils.plan import pools as accel_pools  # noqa: PLC0415
     from kalab.site import gpu_hosts, inventory
 
     settings = accel_pools.pool_settings(gpu_hosts(inventory())[host])
@@ -262,7 +263,7 @@ def as_pod(obj: dict, namespace: str) -> dict:
 
 
 def test_webhook_lockout_fail_policy_refuses_only_gpu_pods(lab, hami, tmp_path):
-    """Issue 20 (1): the chart's webhook at failurePolicy Fail while nothing answers at its address (the scheduler
+    """The chart's webhook at failurePolicy Fail while nothing answers at its address (the scheduler
     down) must not lock the cluster. A lab copy of the chart's MutatingWebhookConfiguration, rendered from the lab's
     vgpu-hami release values with failurePolicy Fail, keeps the chart's rules, selectors and matchConditions and
     only points at a closed 127.0.0.1 port; the lab's real API server decides (server-side dry run): a new HAMi

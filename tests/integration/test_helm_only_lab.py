@@ -1,4 +1,4 @@
-"""Helm only, from the release artifacts (issue 29, item 5): each chart whose README has a "Helm only" section
+"""Helm only, from the release artifacts: each chart whose README has a "Helm only" section
 installs from its packaged .tgz (scripts/release.py, as `make release` builds it) on a node kube-accel did not label,
 given only what that section says to provide.
 

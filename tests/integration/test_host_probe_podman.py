@@ -1,4 +1,4 @@
-"""A kube-accel upgrade on a converged host (issue 29.2): the hosts play drains only a host the new code changes.
+"""A kube-accel upgrade on a converged host: the hosts play drains only a host the new code changes.
 
 The collection is copied to a temporary directory and the hosts play runs from the copy, so an "upgrade" is an edit
 of the copy (never of this checkout). One fresh podman host of the lab's pGPU pool:

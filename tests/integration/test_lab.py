@@ -7,7 +7,7 @@ import subprocess
 import time
 
 import pytest
-from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_constants
+from ansible_collections.kube_accel.gpu.plugins.module_utils.common import constants as accel_constants
 from kubernetes import client, config
 
 pytestmark = [pytest.mark.lab, pytest.mark.cluster_only]
@@ -28,7 +28,7 @@ def test_pool_labels_role_labels_the_fresh_nodes(lab):
     """The fixture labels the lab's fresh nodes with the cluster play's pool_labels role: the labels come from that
     role on a real API server, the expected values from the lab inventory as written. The nodes' GPU capacity is
     not checked here: the device-plugin stand-ins write it once the cluster play's releases run
-    (test_site_lab.py checks it through verify); accel_pools.advertised_resources is checked against the
+    (test_site_lab.py checks it through verify); plan.pools.advertised_resources is checked against the
     upstream device plugins (tests/conformance/test_device_plugin.py, test_vgpu_capacity.py)."""
     nodes = {n.metadata.name: n for n in client.CoreV1Api(_api(lab)).list_node().items}
     assert nodes["lab-pgpu-0"].metadata.labels[accel_constants.LABELS["mode"]] == "pgpu"

@@ -1,4 +1,4 @@
-"""Node agents limited to their own node (issue 20, finding 4), on the lab's real kube-apiserver (v1.36).
+"""Node agents limited to their own node, on the lab's real kube-apiserver (v1.36).
 
 The vgpu chart's node agent (HAMi device plugin, or gpu-manager) holds cluster-wide node and pod writes in RBAC;
 the chart's ValidatingAdmissionPolicies (templates/node-agent-policy.yaml) let its token write only the node
@@ -10,7 +10,7 @@ TokenRequest bound to a pod on node A (what the kubelet asks for the agent's pod
 * the API server puts node A's name into that token's user (SelfSubjectReview);
 * without the policies RBAC lets that token write node B (the finding); with them node B and B's pods are
   refused naming the policy, while node A and A's pods stay writable through exactly the verbs RBAC grants, with the
-  fields the agent's upstream code writes (issue 31.3: HAMi's plugin annotations, gpu-manager's GPU model label and
+  fields the agent's upstream code writes (HAMi's plugin annotations, gpu-manager's GPU model label and
   pod annotations; what else they may not touch: tests/integration/test_tenant_attacks_lab.py);
 * a token bound to no pod (no node name) may write nothing.
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import plan_mistakes as pm
 import pytest
 
-# Every class of mistake issue 30 names, each with cases, and the DRA pool mistakes of issue 33.
+# Every class of inventory mistake the preflight refuses, each with cases, the DRA pool mistakes included.
 CLASSES = {"unknown names", "YAML types", "ranges", "contradictions", "between hosts", "between files",
            "values reaching files", "values reaching names", "robust reporting", "lab only", "DRA pools"}
 # <where>: <field> = <value> (<origin>): <what>; allowed: <what is allowed>

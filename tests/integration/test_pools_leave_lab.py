@@ -1,4 +1,4 @@
-"""Two pools leave the running lab in one site run, then come back in one (issue 29: "Leaving", the HAMi pool removed).
+"""Two pools leave the running lab in one site run, then come back in one.
 
 The sequence, with a pod pinned to a node of each leaving pool and one to a node that stays:
 1. ``decommission.yml --limit lab-timeslice-0``: the host leaves kube-accel (test_decommission_podman.py proves the
@@ -92,7 +92,7 @@ def left(lab):
 def test_the_decommissioned_node_is_drained_unlabelled_and_left_cordoned(left):
     """Its pod evicted (the replacement cannot run on the cordoned node), the other nodes' pods untouched; kube-accel's
     cordon, none of its labels; the host's kube-accel files gone."""
-    from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_constants  # noqa: PLC0415
+    from ansible_collections.kube_accel.gpu.plugins.module_utils.common import constants as accel_constants  # noqa: PLC0415
 
     after = left["decommissioned"]
     assert after["pods"][DECOMMISSIONED] != left["pods"][DECOMMISSIONED]
@@ -109,7 +109,7 @@ def test_the_hami_pool_leaves_whole_and_the_other_pools_keep_scheduling(lab, lef
     """HAMi's nodes are drained before they lose their labels, then return to service; its release goes whole
     (webhook, scheduler, device plugin, services); the node that stays keeps its pod; verify's Jobs of every
     remaining pool (nvidia.com/gpu pods, placed by the upstream kube-scheduler) complete."""
-    from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_constants  # noqa: PLC0415
+    from ansible_collections.kube_accel.gpu.plugins.module_utils.common import constants as accel_constants  # noqa: PLC0415
 
     out = left["without"].stdout
     drained = out.index("Cordon or drain a node whose sharing changes: drain")

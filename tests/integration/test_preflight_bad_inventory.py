@@ -91,11 +91,11 @@ EXPECTED = {
     ],
     'bad-vfio-0': [
         f"accel_numa_polcy = 'restricted' ({INV}group_vars/pool_vfio_no_iommu.yml:8): unknown variable (did "
-        "you mean accel_numa_policy?); allowed: the variables of kube-accel's inventory model (README, "
-        "docs/plan-checks.md)",
+        "you mean accel_numa_policy?); allowed: the variables of kube-accel's inventory model "
+        "(docs/inventory.md, docs/plan-checks.md)",
         f"mps_replicas = 4 ({INV}group_vars/pool_vfio_no_iommu.yml:9): unknown variable (did you mean "
-        "accel_mps_replicas?); allowed: the variables of kube-accel's inventory model (README, docs/plan-"
-        "checks.md), and the variables of kube-accel's roles",
+        "accel_mps_replicas?); allowed: the variables of kube-accel's inventory model (docs/inventory.md, "
+        "docs/plan-checks.md), and the variables of kube-accel's roles",
         f"accel_vfio_pci_ids = ['10de:1eb8', '10de-1aef'] ({INV}group_vars/pool_vfio_no_iommu.yml:5): element "
         "'10de-1aef': not a PCI vendor:device ID; allowed: 4 hex digits, a colon, 4 hex digits, e.g. "
         "\"10de:20b5\"",

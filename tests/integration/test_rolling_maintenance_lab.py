@@ -1,4 +1,4 @@
-"""Rolling maintenance of the hosts play (ansible/hosts.yml, issue 16.4/16.9, issue 22.4) on the lab's real API
+"""Rolling maintenance of the hosts play (ansible/hosts.yml) on the lab's real API
 server and its podman hosts (lab-*: the Ansible hosts, whose names are also the kwok fake nodes').
 
 What is recorded, and where from:
@@ -36,7 +36,7 @@ from lab_fixture import REPO, converge_cluster
 
 pytestmark = pytest.mark.lab
 
-from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_constants  # noqa: E402
+from ansible_collections.kube_accel.gpu.plugins.module_utils.common import constants as accel_constants  # noqa: E402
 
 CORDONED_BY = accel_constants.ANNOTATIONS["cordoned_by"]
 LAST = accel_constants.ANNOTATIONS["last_maintenance"]

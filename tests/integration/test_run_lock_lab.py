@@ -1,4 +1,4 @@
-"""Issue 22 items 1 and 2 on a lab of their own (.lab/locks, cluster kube-accel-locks, no hosts), through
+"""The run lock and pending releases on a lab of their own (.lab/locks, cluster kube-accel-locks, no hosts), through
 ansible-playbook as the plays run them:
 
 * a release left pending-install by a helm that was SIGKILLed while it waited is refused while the operation

@@ -1,4 +1,4 @@
-"""GPU monitoring and autoscaling proven on the lab with the real components (issue 19, part 4).
+"""GPU monitoring and autoscaling proven on the lab with the real components.
 
 `lab.py monitoring` (scripts/kalab/monitoring.py) runs, on what the cluster play deployed:
 - Prometheus (the PromQL harness's version, built from the module proxy) with the scrape job the Prometheus Operator
@@ -36,7 +36,7 @@ pytestmark = pytest.mark.lab
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "docs" / "examples" / "hpa-gpu-utilization.yaml"
 NAMESPACE = "ka-gpu-hpa"
-PROOF_BUDGET = 180  # seconds, issue 19: the whole proof under 3 min warm
+PROOF_BUDGET = 180  # seconds: the whole proof under 3 min warm
 STEPS: dict[str, float] = {}
 
 
@@ -149,7 +149,7 @@ def example(pool: str) -> list[dict]:
 def test_hpa_scales_the_example_up_and_down_on_gpu_utilisation(chain, lab, tmp_path):
     (pool,) = [p for p, nodes in lab.nodes_by_pool.items() if nodes == ["lab-pgpu-0"]]
     lab.namespace(NAMESPACE)
-    # HAMi's webhook takes every pod asking for nvidia.com/gpu unless told not to (README, "HAMi and whole-GPU pools").
+    # HAMi's webhook takes every pod asking for nvidia.com/gpu unless told not to (docs/modes/vgpu.md).
     lab.kubectl_run("label", "namespace", NAMESPACE, "hami.io/webhook=ignore", "--overwrite")
     path = tmp_path / "example.yaml"
     path.write_text(yaml.safe_dump_all(example(pool)))

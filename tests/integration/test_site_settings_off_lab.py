@@ -1,4 +1,4 @@
-"""Day 2 on the hosts (issue 29): a setting turned off in the inventory is removed from the host by site.yml.
+"""Day 2 on the hosts: a setting turned off in the inventory is removed from the host by site.yml.
 
 Evidence: a lab podman host (lab-pgpu-0, with systemd; the hosts play through the lab's podman connection) and its
 files after the run. This file sorts after test_site_lab.py on purpose: there the site run has converged the host

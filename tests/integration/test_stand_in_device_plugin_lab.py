@@ -1,4 +1,4 @@
-"""The lab's device-plugin stand-in runs the upstream config-manager of each NVIDIA device-plugin pod (issue 15).
+"""The lab's device-plugin stand-in runs the upstream config-manager of each NVIDIA device-plugin pod.
 
 `lab.py up` starts `device-plugin-standin` (scripts/kalab/standins.py). Once the cluster play's pgpu, mps and timeslice
 releases run a device-plugin pod on a lab node, the stand-in runs that pod's config-manager sidecar (k8s-device-plugin

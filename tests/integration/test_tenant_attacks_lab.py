@@ -1,4 +1,4 @@
-"""The hostile tenant and the compromised node agent against the vgpu chart's admission (issue 31: 2, 3, 6).
+"""The hostile tenant and the compromised node agent against the vgpu chart's admission.
 
 Everything runs on the lab's real kube-apiserver v1.36 with the cluster play's vgpu releases installed (their
 ValidatingAdmissionPolicies and HAMi's webhook as the chart renders them), HAMi's real scheduler extender and webhook
@@ -16,8 +16,7 @@ labels, images and status of pods on their node. The legitimate paths still work
 annotated by HAMi and allocated by the stand-in through the policies, the agents' own writes are admitted, an
 administrator's namespace exemption works, and what HAMi's webhook itself writes is accepted.
 
-Before the fix (the chart without these policies) every attack here was admitted: the report of issue 31 says how
-that was checked.
+Without these policies every attack here is admitted.
 """
 
 from __future__ import annotations
@@ -93,7 +92,7 @@ def hami(lab):
     assert info["scheduler_user"] == f"system:serviceaccount:{RELEASE_NS}:{HAMI_RELEASE}-scheduler", info
     lab.namespace(NS)
     lab.namespace(EXEMPT_NS)
-    # How an administrator exempts a namespace (README "Security model").
+    # How an administrator exempts a namespace (docs/modes/vgpu.md "HAMi and whole-GPU pools in one cluster").
     kubectl(lab, "label", "namespace", EXEMPT_NS, "hami.io/webhook=ignore", "--overwrite")
     # The API server loads policies asynchronously: an attack must be refused before the tests start.
     probe = with_meta(gpu_pod("probe"), annotations={"hami.io/vgpu-node": "lab-hami-0"})
@@ -188,7 +187,7 @@ def test_mounts_over_what_hami_mounts(lab, hami, path):
 
 def test_what_hami_itself_writes_and_ordinary_pods_pass(lab, hami):
     """The webhook's own CUDA_TASK_PRIORITY (the priority limit's value), ordinary env, LD_PRELOAD (the image can set
-    it anyway: README), ordinary mounts, and a CPU pod with any env are admitted."""
+    it anyway: docs/modes/vgpu.md), ordinary mounts, and a CPU pod with any env are admitted."""
     ok, got = admit(lab, gpu_pod("prio", limits={"nvidia.com/gpu": "1", "nvidia.com/priority": "1"},
                                  env=[{"name": "CUDA_TASK_PRIORITY", "value": "1"}, {"name": "LD_PRELOAD",
                                                                                   "value": "libjemalloc.so.2"}]))

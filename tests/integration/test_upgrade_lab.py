@@ -1,11 +1,11 @@
-"""Upgrade from the released 0.1.0 to this checkout through site.yml, in the lab (issue 29.4), with pods running.
+"""Upgrade from the released 0.1.0 to this checkout through site.yml, in the lab, with pods running.
 
 The release is checked out from this repository's own history (the commit CHANGELOG.md names for 0.1.0) into a
 temporary directory, and its own site.yml installs it on the lab with its own inventory: hosts, charts, verify. A
 pod is then pinned to each of its GPU nodes (a drain would evict it) and this checkout's site.yml runs on the
 lab's inventory of today, which adds one pool (dra, host lab-dra-0) and changes no other.
 
-What the upgrade must show (README "Day 2"):
+What the upgrade must show (docs/day2.md "Upgrading kube-accel"):
 - no host of an unchanged pool is drained: 0.1.0's host records (version 1) cannot be compared with this version's,
   so each host's roles are asked in check mode first (the probe), and a host they would not change is recorded and
   left in service; only the new pool's host goes through the cordon-drain-change path;
@@ -132,7 +132,7 @@ def test_the_upgrade_drains_no_host_of_an_unchanged_pool(lab, upgrade):
         assert f"{host}: cordoned by kube-accel" not in out
     assert out.count("here: recorded, not drained (fast path from now on)") == len(upgrade["old_hosts"]), out[-5000:]
     assert "lab-dra-0: cordoned by kube-accel" in out
-    from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_constants  # noqa: PLC0415
+    from ansible_collections.kube_accel.gpu.plugins.module_utils.common import constants as accel_constants  # noqa: PLC0415
 
     after = nodes(lab)
     key = accel_constants.ANNOTATIONS["last_maintenance"]
@@ -164,7 +164,7 @@ def test_no_pod_of_an_unchanged_pool_is_evicted_or_restarted(lab, upgrade):
 def test_every_release_is_at_this_version_and_nothing_old_is_left(lab, upgrade):
     """Every kube-accel release is deployed with this checkout's chart, verify reported no leftover, and no node
     carries a kube-accel.io label this version does not manage."""
-    from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_constants  # noqa: PLC0415
+    from ansible_collections.kube_accel.gpu.plugins.module_utils.common import constants as accel_constants  # noqa: PLC0415
 
     now = lab.releases()
     for name, release in now.items():

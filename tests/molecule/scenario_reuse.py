@@ -5,9 +5,9 @@ a green run recorded under ~/.cache/kube-accel/molecule/ (KA_CACHE overrides the
 
 - files: the scenario directory; for a role's scenario the role (without its other scenarios); every role, module,
   filter or connection plugin named in those files, and every repository path they name, followed until nothing new
-  turns up (a module_utils file when a file in the set names it, as every import does: what a module imports, and
-  what that imports, not every module_utils file); ansible.cfg, the collection's galaxy.yml and meta/runtime.yml,
-  and this harness;
+  turns up (a module_utils file when a Python file in the set imports it, sub-packages and relative imports
+  resolved: what a module imports, and what that imports, not every module_utils file); ansible.cfg, the
+  collection's galaxy.yml and meta/runtime.yml, and this harness;
 - the image id of every platform image, the podman version and the machine's kernel release;
 - every installed Python distribution of the venv (Molecule, ansible-core, the collections, Jinja2 ...) and any
   collection outside it, and the ANSIBLE_* / MOLECULE_* / KA_* environment;
@@ -210,9 +210,9 @@ def input_files(scenario: Scenario) -> list[Path]:
              if p in universe}
     roles = {p.name for p in (repo / "roles").iterdir() if p.is_dir()} if (repo / "roles").is_dir() else set()
     plugins = _plugin_index(repo)
-    # module_utils by the name an import uses (`from ...module_utils import accel_sysfs`, `...module_utils.accel_sysfs
-    # import x`): followed like any other name, so a module brings what it imports and those files what they import.
-    module_utils = {p.stem: p for p in _files_under(universe, repo / "plugins" / "module_utils") if p.suffix == ".py"}
+    # module_utils by what a Python file really imports (module_utils_imports): a module brings what it imports and
+    # those files what they import, and nothing else (a name in YAML or prose imports nothing).
+    utils_root = repo / "plugins" / "module_utils"
     env_dirs = {"MOLECULE_PROJECT_DIRECTORY": scenario.cwd, "MOLECULE_SCENARIO_DIRECTORY": scenario.directory}
     scanned: set[Path] = set()
     while pending := sorted(files - scanned):
@@ -227,7 +227,8 @@ def input_files(scenario: Scenario) -> list[Path]:
                 files |= _role_files(universe, repo, role)
             for name in words & plugins.keys():
                 files |= plugins[name]
-            files |= {module_utils[name] for name in words & module_utils.keys()}
+            if path.suffix == ".py":
+                files |= {p for p in module_utils_imports(path, utils_root) if p in universe}
             for pattern in PLUGIN_READS.get(path.relative_to(repo).as_posix(), ()):
                 files |= {p for p in universe if p.relative_to(repo).match(pattern)}
             # A plugin runs from the installed collection: a repository path in its strings is a message, not a read
@@ -238,6 +239,65 @@ def input_files(scenario: Scenario) -> list[Path]:
                 for target in _resolve(token, path, scenario.cwd, repo, env_dirs):
                     files |= _files_under(universe, target)
     return sorted(files | fixed)
+
+
+def _utils_module(parts: list[str], utils_root: Path) -> list[Path]:
+    """The module_utils files a dotted name below module_utils means: each package's __init__.py on the way (Ansible
+    ships them in the module's payload) and the module itself (``a/b.py``, or the package ``a/b/__init__.py``)."""
+    found, here = [], utils_root
+    for part in parts:
+        here = here / part
+        if (here / "__init__.py").is_file():
+            found.append(here / "__init__.py")
+        elif here.with_suffix(".py").is_file():
+            found.append(here.with_suffix(".py"))
+            break
+        else:
+            break
+    return found
+
+
+def module_utils_imports(path: Path, utils_root: Path) -> set[Path]:
+    """The files below ``utils_root`` (plugins/module_utils) a Python file imports directly: absolute imports through
+    any ``...module_utils.`` prefix (``ansible_collections.<ns>.<name>.plugins.module_utils.plan.pools``, the legacy
+    ``ansible.module_utils.x``), ``from ...module_utils.plan import pools`` (a module or a name of the package), and
+    relative imports (``from ..plan import pools`` inside module_utils, ``from ..module_utils.x import y``)."""
+    try:
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+    except (OSError, SyntaxError, UnicodeDecodeError, ValueError):
+        return set()
+    found: set[Path] = set()
+
+    def below_utils(dotted: str) -> list[str] | None:
+        parts = dotted.split(".") if dotted else []
+        return parts[parts.index("module_utils") + 1:] if "module_utils" in parts else None
+
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                parts = below_utils(alias.name)
+                if parts:
+                    found.update(_utils_module(parts, utils_root))
+            continue
+        if not isinstance(node, ast.ImportFrom):
+            continue
+        if node.level:
+            base = path.parent
+            for _ in range(node.level - 1):
+                base = base.parent
+            target = base.joinpath(*(node.module or "").split(".")) if node.module else base
+            if target != utils_root and utils_root not in target.parents:
+                continue
+            parts = list(target.relative_to(utils_root).parts)
+        else:
+            parts = below_utils(node.module or "")
+            if parts is None:
+                continue
+        found.update(_utils_module(parts, utils_root))
+        # from <package> import <name>: the name is a module of the package, or something the package defines.
+        for alias in node.names:
+            found.update(_utils_module([*parts, alias.name], utils_root)[len(parts):])
+    return found
 
 
 def _resolve(token: str, source: Path, cwd: Path, repo: Path, env_dirs: dict[str, Path]) -> list[Path]:

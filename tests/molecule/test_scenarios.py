@@ -24,7 +24,7 @@ REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 # Longest first (BENCHMARKS.md, "Test suite"): with `-n 2 --dist worksteal` the DKMS build runs on one worker while
 # the other works through the rest, instead of starting last and running alone at the end.
-# Measured 2026-11-23 (BENCHMARKS.md): DKMS alone on one worker; the rest longest first behind it.
+# The order: DKMS alone on one worker; the rest longest first behind it.
 LONGEST_FIRST = ("roles/nvidia_driver:dkms", ".:sriov_vfio", ".:site", "roles/nvidia_driver:default", ".:kubelet_gpu",
                  ".:mig", "roles/package_db:default", "roles/container_toolkit:default")
 STAGE = re.compile(r"\b([a-z_]+)\]?:?\s+Executing\b")
@@ -125,7 +125,7 @@ def test_molecule_scenario(scenario: Scenario, record_property):
             if rc != 0 and list(stages)[-1:] == ["create"]:
                 # Only the podman driver's own create playbook failed, before any of the scenario's code ran: once, in
                 # a cold CI under load 20, its podman_container job failed reading `podman inspect` output that was not
-                # JSON (BENCHMARKS.md, "Cold at 302174c"). One more try, said in the output; a second failure fails.
+                # JSON (BENCHMARKS.md, "Molecule"). One more try, said in the output; a second failure fails.
                 print(f"molecule {scenario.id}: the driver's create failed; destroying and running once more")
                 log.write("# the driver's create failed: destroy, then one more `molecule test`\n")
                 run_logged([molecule, "destroy", "-s", scenario.name], scenario.cwd, env, log, 300)

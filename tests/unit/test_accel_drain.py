@@ -1,11 +1,11 @@
-"""accel_drain.select_pods: the pods a drain evicts, decided in kubectl drain's order (k8s.io/kubectl/pkg/drain
+"""cluster.drain.select_pods: the pods a drain evicts, decided in kubectl drain's order (k8s.io/kubectl/pkg/drain
 filters.go). The pods are API JSON as the module lists them. The case that made kube-accel stop using
 kubernetes.core.k8s_drain is first: a DaemonSet pod with an emptyDir volume stays (kubernetes.core#622 deletes it)."""
 
 from __future__ import annotations
 
 import pytest
-from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_drain import MIRROR_ANNOTATION, select_pods
+from ansible_collections.kube_accel.gpu.plugins.module_utils.cluster.drain import MIRROR_ANNOTATION, select_pods
 
 
 def pod(name, *, owner="ReplicaSet", phase="Running", emptydir=False, annotations=None):
@@ -62,7 +62,7 @@ def revision(ds_uid, number, digest):
 
 
 def test_only_out_of_date_pods_of_on_delete_daemonsets_are_replaced():
-    from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_drain import (
+    from ansible_collections.kube_accel.gpu.plugins.module_utils.cluster.drain import (
         newest_revisions,
         outdated_on_delete,
     )
@@ -83,7 +83,7 @@ def test_only_out_of_date_pods_of_on_delete_daemonsets_are_replaced():
 
 
 def test_daemonset_namespaces_are_those_of_controlling_daemonsets_only():
-    from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_drain import daemonset_namespaces
+    from ansible_collections.kube_accel.gpu.plugins.module_utils.cluster.drain import daemonset_namespaces
 
     other = ds_pod("log-shipper", "ls", "a")
     other["metadata"]["namespace"] = "logging"

@@ -1,4 +1,4 @@
-"""Driver package decisions (module_utils/accel_driver.py): apt moves on real `apt-cache policy` output (captured
+"""Driver package decisions (module_utils/plan/driver.py): apt moves on real `apt-cache policy` output (captured
 from apt 2.6 on Debian 12 against the Molecule scenario's stand-in CUDA mirror), dnf module streams, open kernel
 modules on recorded GPU facts, Fabric Manager branches, SR-IOV method and IOMMU argument ownership."""
 
@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 from ansible_collections.kube_accel.gpu.plugins.filter.accel_driver_filters import FilterModule
-from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_driver as drv
-from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_gpu_facts
+from ansible_collections.kube_accel.gpu.plugins.module_utils.host import gpu_facts as accel_gpu_facts
+from ansible_collections.kube_accel.gpu.plugins.module_utils.plan import driver as drv
 
 SNAPSHOTS = Path(__file__).resolve().parents[2] / "tests" / "data" / "nvml"
 
@@ -82,7 +82,7 @@ def test_unchanged_pin_moves_nothing():
 
 
 def test_changed_version_moves_installed_packages_down_too():
-    """state: present would leave all of these at 550.163.01-1 (issue 16.10)."""
+    """state: present would leave all of these at 550.163.01-1."""
     moves = drv.apt_moves(POLICY, ["nvidia-driver-cuda", "nvidia-fabricmanager-550"], "550.144.03-1", ["libcuda1"])
     assert moves["names"] == ["nvidia-driver-cuda=550.144.03-1", "nvidia-fabricmanager-550=550.144.03-1",
                               "libcuda1=550.144.03-1"]
@@ -126,7 +126,7 @@ def test_dnf_module_file():
     ("", "550-dkms", "", "", {"current": "", "switch": False, "move": False, "unlock": False}),  # fresh host
     (MODULE_550, "550-dkms", "550.163.01-1.el9", "", {"current": "550-dkms", "switch": False, "move": False,
                                                       "unlock": False}),
-    # A branch change, or proprietary -> open: dnf module switch-to, under a lifted version lock (issue 16.11).
+    # A branch change, or proprietary -> open: dnf module switch-to, under a lifted version lock.
     (MODULE_550, "570-dkms", "550.163.01-1.el9", "", {"current": "550-dkms", "switch": True, "move": False,
                                                       "unlock": True}),
     (MODULE_550, "550-open", "550.163.01-1.el9", "", {"current": "550-dkms", "switch": True, "move": False,
@@ -170,7 +170,7 @@ def test_sriov_method_by_architecture():
 
 
 def test_kernel_args_owned_leaves_the_operators_arguments_alone():
-    """Issue 16.13: the operator had iommu=pt on every entry; kube-accel adds only intel_iommu=on and owns only it."""
+    """The operator had iommu=pt on every entry; kube-accel adds only intel_iommu=on and owns only it."""
     entries = [["ro", "quiet", "iommu=pt"], ["ro", "iommu=pt"]]
     owned = drv.kernel_args_owned(["intel_iommu=on", "iommu=pt"], [], entries)
     assert owned == ["intel_iommu=on"]

@@ -13,12 +13,13 @@ from pathlib import Path
 
 import pytest
 import yaml
-from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_helm as ah
-from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_helm_chart as hchart
-from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_helm_diff as hdiff
-from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_helm_errors as herr
-from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_helm_recovery as hrec
-from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_helm_values as hval
+from ansible_collections.kube_accel.gpu.plugins.module_utils.helm import chart as hchart
+from ansible_collections.kube_accel.gpu.plugins.module_utils.helm import client as ah
+from ansible_collections.kube_accel.gpu.plugins.module_utils.helm import diff as hdiff
+from ansible_collections.kube_accel.gpu.plugins.module_utils.helm import errors as herr
+from ansible_collections.kube_accel.gpu.plugins.module_utils.helm import recovery as hrec
+from ansible_collections.kube_accel.gpu.plugins.module_utils.helm import release as hrel
+from ansible_collections.kube_accel.gpu.plugins.module_utils.helm import values as hval
 
 TINY = Path(__file__).resolve().parents[1] / "data" / "charts" / "tiny"
 
@@ -135,7 +136,7 @@ def spec(**over):
 
 def present(fake, check=False, diff=False, validate=True, **spec_over):
     helm = ah.Helm("/usr/bin/helm", fake, kubeconfig="/k/config", context="lab")
-    return ah.ensure_present(helm, spec(**spec_over), check_mode=check, diff_mode=diff, validate=validate)
+    return hrel.ensure_present(helm, spec(**spec_over), check_mode=check, diff_mode=diff, validate=validate)
 
 
 # ---------------------------------------------------------------------------------------------------------- version
@@ -332,7 +333,7 @@ def test_unreachable_cluster_is_named():
 
     helm = ah.Helm("/h", runner, kubeconfig="/lab/kubeconfig")
     with pytest.raises(herr.HelmError) as err:
-        ah.ensure_present(helm, spec(), check_mode=False, diff_mode=False, validate=False)
+        hrel.ensure_present(helm, spec(), check_mode=False, diff_mode=False, validate=False)
     assert "cannot reach the Kubernetes cluster (kubeconfig /lab/kubeconfig)" in err.value.msg
     assert "connection refused" in err.value.msg and "connection refused" in err.value.stderr
 
@@ -340,17 +341,17 @@ def test_unreachable_cluster_is_named():
 def test_absent_is_idempotent_and_uninstalls_when_present():
     fake = FakeHelm()
     helm = ah.Helm("/h", fake)
-    assert ah.ensure_absent(helm, "rel", "ns", check_mode=False, diff_mode=False, wait=True, timeout="1m") == {
+    assert hrel.ensure_absent(helm, "rel", "ns", check_mode=False, diff_mode=False, wait=True, timeout="1m") == {
         "changed": False,
         "status": "absent",
         "objects": [],
     }
     fake = FakeHelm(release=deployed_release())
     helm = ah.Helm("/h", fake)
-    checked = ah.ensure_absent(helm, "rel", "ns", check_mode=True, diff_mode=True, wait=True, timeout="1m")
+    checked = hrel.ensure_absent(helm, "rel", "ns", check_mode=True, diff_mode=True, wait=True, timeout="1m")
     assert checked["changed"] and "uninstall" not in fake.subcommands()
     assert checked["diff"][1]["after"] == "" and "Deployment" in checked["diff"][1]["before"]
-    result = ah.ensure_absent(helm, "rel", "ns", check_mode=False, diff_mode=False, wait=True, timeout="1m")
+    result = hrel.ensure_absent(helm, "rel", "ns", check_mode=False, diff_mode=False, wait=True, timeout="1m")
     assert result["changed"] and result["status"] == "uninstalled" and "uninstall" in fake.subcommands()
 
 
@@ -423,7 +424,7 @@ def test_values_template_rendered_and_merged_under_values(tmp_path):
         "nodeSelector:\n  pool: {{ pools[0] }}\n  zone: a\n"
         "podLabels: {{ extra | to_json }}\n"
     )
-    merged = ah.desired_values(
+    merged = hrel.desired_values(
         {"nodeSelector": {"zone": "b"}}, str(template), {"pools": ["p1", "p2"], "extra": {"x": "1"}}
     )
     assert merged == {"replicas": 2, "nodeSelector": {"pool": "p1", "zone": "b"}, "podLabels": {"x": "1"}}
@@ -433,10 +434,10 @@ def test_values_template_undefined_variable_is_a_clear_error(tmp_path):
     template = tmp_path / "values.yaml.j2"
     template.write_text("replicas: {{ missing }}\n")
     with pytest.raises(herr.HelmError, match=r"values_template .*values.yaml.j2.*'missing' is undefined"):
-        ah.desired_values({}, str(template), {})
+        hrel.desired_values({}, str(template), {})
     template.write_text("- a list\n")
     with pytest.raises(herr.HelmError, match="must render to a YAML mapping"):
-        ah.desired_values({}, str(template), {})
+        hrel.desired_values({}, str(template), {})
 
 
 def test_manifest_objects_namespaces():
@@ -564,7 +565,7 @@ def test_rollback_argv(version, wait_flag):
 def test_release_specs_take_shared_settings_and_ignore_other_keys():
     items = [{"name": "a", "chart": "/c/pgpu", "values": {"x": 1}, "pools": ["p"], "key": "pgpu"},
              {"name": "b", "chart": "/c/mps", "namespace": "other", "chart_version": "0.2.0"}]
-    specs = ah.release_specs(items, namespace="ns", wait=True, timeout="2m", atomic=False, create_namespace=True)
+    specs = hrel.release_specs(items, namespace="ns", wait=True, timeout="2m", atomic=False, create_namespace=True)
     assert specs == [
         ah.ReleaseSpec(name="a", namespace="ns", chart="/c/pgpu", values={"x": 1}, timeout="2m", atomic=False),
         ah.ReleaseSpec(name="b", namespace="other", chart="/c/mps", chart_version="0.2.0", timeout="2m",
@@ -575,7 +576,7 @@ def test_release_specs_take_shared_settings_and_ignore_other_keys():
 def test_release_specs_report_every_problem():
     items = [{"name": "a"}, {"name": "b", "chart": "c", "values": ["x"]}, {"name": "b", "chart": "c"}]
     with pytest.raises(herr.HelmError) as err:
-        ah.release_specs(items, namespace="ns")
+        hrel.release_specs(items, namespace="ns")
     assert err.value.msg == (
         "invalid releases: releases[0] needs a name and a chart (got name='a', chart=None); "
         "release b: values must be a mapping, not list; release b is listed twice")
@@ -613,7 +614,7 @@ def test_releases_run_side_by_side_and_one_failure_does_not_stop_the_others():
     fake = ManyReleases(failing={"r2"})
     helm = ah.Helm("/h", fake)
     specs = [spec(name=f"r{i}") for i in range(6)]
-    results, failures = ah.ensure_each_present(helm, specs, check_mode=False, diff_mode=True, validate=False,
+    results, failures = hrel.ensure_each_present(helm, specs, check_mode=False, diff_mode=True, validate=False,
                                                workers=3)
     assert list(results) == ["r0", "r1", "r3", "r4", "r5"]
     assert all(r["changed"] and r["status"] == "deployed" and r["diff"] for r in results.values())
@@ -627,7 +628,7 @@ def test_unexpected_errors_become_messages_per_release():
             return 0, "v3.21.4", ""
         raise RuntimeError("boom")
 
-    results, failures = ah.ensure_each_present(ah.Helm("/h", runner), [spec()], check_mode=True, diff_mode=False,
+    results, failures = hrel.ensure_each_present(ah.Helm("/h", runner), [spec()], check_mode=True, diff_mode=False,
                                                validate=False)
     assert results == {}
     assert failures["rel"].msg == "unexpected error: boom" and "RuntimeError" in failures["rel"].extra["exception"]
@@ -648,7 +649,7 @@ def at(seconds_ago: float) -> str:
 
 def pending_present(fake, check=False, diff=False, holder=None, **spec_over):
     helm = ah.Helm("/usr/bin/helm", fake, kubeconfig="/k/config", context="lab")
-    return ah.ensure_present(helm, spec(timeout="5m", **spec_over), check_mode=check, diff_mode=diff,
+    return hrel.ensure_present(helm, spec(timeout="5m", **spec_over), check_mode=check, diff_mode=diff,
                              validate=False, run_lock=lambda: holder, clock=lambda: NOW)
 
 
@@ -780,7 +781,7 @@ def test_unreadable_lock_proves_nothing():
     helm = ah.Helm("/usr/bin/helm", fake)
     with pytest.raises(herr.HelmError,
                        match=r"could not be read: connection refused.*run: /usr/bin/helm uninstall rel"):
-        ah.ensure_present(helm, spec(), check_mode=False, diff_mode=False, validate=False, run_lock=broken,
+        hrel.ensure_present(helm, spec(), check_mode=False, diff_mode=False, validate=False, run_lock=broken,
                           clock=lambda: NOW)
     assert "uninstall" not in fake.subcommands()
 
@@ -812,7 +813,7 @@ class CrdLessHelm(FakeHelm):
 
 
 def test_a_first_install_renders_client_side_when_the_cluster_lacks_the_charts_crds():
-    """Issue 29: a first install with the GPU Operator failed on a fresh cluster, since the server dry run applies
+    """A first install with the GPU Operator failed on a fresh cluster, since the server dry run applies
     no crds/; the install itself applies them first, so it goes ahead, its diff rendered by `helm template`."""
     fake = CrdLessHelm()
     result = present(fake, diff=True)

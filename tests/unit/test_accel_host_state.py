@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_host_state as hs
+from ansible_collections.kube_accel.gpu.plugins.module_utils.host import state as hs
 
 
 def make_tree(root):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 import time
 
-from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_labels import (
+from ansible_collections.kube_accel.gpu.plugins.module_utils.cluster.labels import (
     describe_switch,
     diff_of,
     node_patch,
@@ -14,7 +14,7 @@ from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_labels import
     send_patches,
     switching,
 )
-from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_pools import (
+from ansible_collections.kube_accel.gpu.plugins.module_utils.plan.pools import (
     managed_label_keys,
     sharing_label_keys,
 )

@@ -12,7 +12,7 @@ import time
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_lease as al
+from ansible_collections.kube_accel.gpu.plugins.module_utils.cluster import lease as al
 
 NOW = datetime(2026, 11, 23, 12, 0, 0, tzinfo=UTC)
 OURS = "ops@ctl-1 pid 100 started 2026-11-23T11:59:00Z"

@@ -8,8 +8,8 @@ from __future__ import annotations
 import json
 
 import pytest
-from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_constants
-from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_maintenance as am
+from ansible_collections.kube_accel.gpu.plugins.module_utils.cluster import maintenance as am
+from ansible_collections.kube_accel.gpu.plugins.module_utils.common import constants as accel_constants
 
 NOW = "2026-11-23T12:00:00Z"
 OURS = "ops@ctl-1 pid 100 started 2026-11-23T11:59:00Z"
@@ -225,7 +225,7 @@ def test_gpu_checks_name_what_keeps_the_node_out_of_service(gpus, expect, proble
     ],
 )
 def test_a_pool_without_mig_wants_mig_off_on_every_gpu(current, pending, problem):
-    """Issue 29: a geometry removed from the pool must not stay on the GPUs (roles/mig turns it off)."""
+    """A geometry removed from the pool must not stay on the GPUs (roles/mig turns it off)."""
     gpus = {**A100_MIG, "gpus": [{**A100_MIG["gpus"][0], "mig_mode_current": current, "mig_mode_pending": pending}]}
     assert am.gpu_problems(gpus, {"mig_off": True}) == ([problem] if problem else [])
     assert am.gpu_problems(gpus, {"mig_off": False}) == []
@@ -256,7 +256,7 @@ GEOMETRY = {"3g.40gb": 2}
         (GEOMETRY, "host", False, "", True),  # kube-accel's own mig units apply it on the host
         (GEOMETRY, "operator", True, "kube-accel-3g.40gb-2", True),  # mig-manager was told: on after the change
         # A geometry just added to a pool in service: the cluster play labels the node after the hosts play, so MIG
-        # is not on yet. Expecting it kept the node cordoned and stopped every run (issue 29).
+        # is not on yet. Expecting it kept the node cordoned and stopped every run.
         (GEOMETRY, "operator", True, "", False),
         (GEOMETRY, "operator", True, "all-disabled", False),
         (GEOMETRY, "operator", False, "kube-accel-3g.40gb-2", False),  # not a cluster node: nothing applies it

@@ -1,4 +1,4 @@
-"""Repository keys against pinned fingerprints (module_utils/accel_openpgp.py). The oracle is GnuPG itself: keys are
+"""Repository keys against pinned fingerprints (module_utils/host/openpgp.py). The oracle is GnuPG itself: keys are
 made by gpg in a throw-away home and their fingerprints read back with ``gpg --show-keys --with-colons``, the command
 a person would use to check a downloaded key by hand."""
 
@@ -10,7 +10,7 @@ import shutil
 import subprocess
 
 import pytest
-from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_openpgp
+from ansible_collections.kube_accel.gpu.plugins.module_utils.host import openpgp as accel_openpgp
 
 GPG = shutil.which("gpg")
 pytestmark = pytest.mark.skipif(GPG is None, reason="gpg (GnuPG) is not installed: the tests need it as the oracle")

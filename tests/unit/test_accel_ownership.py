@@ -1,4 +1,4 @@
-"""What kube-accel owns, and what a run removes (accel_ownership), and the role that does it (release_cleanup)."""
+"""What kube-accel owns, and what a run removes (helm.ownership), and the role that does it (release_cleanup)."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ from pathlib import Path
 
 import yaml
 from ansible_collections.kube_accel.gpu.plugins.filter.accel_pool_filters import FilterModule
-from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_ownership as own
-from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_constants import OWNERSHIP_CONFIGMAP
+from ansible_collections.kube_accel.gpu.plugins.module_utils.common.constants import OWNERSHIP_CONFIGMAP
+from ansible_collections.kube_accel.gpu.plugins.module_utils.helm import ownership as own
 
 ROLE = Path(__file__).resolve().parents[2] / "roles" / "release_cleanup"
 
@@ -42,7 +42,7 @@ def test_filters_and_the_roles_record_name():
 
 
 def test_desired_releases_follow_the_pools_modes_and_backends():
-    from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_pools import pool_settings
+    from ansible_collections.kube_accel.gpu.plugins.module_utils.plan.pools import pool_settings
 
     def pool(**s):
         return {"pool": s["pool"], "settings": pool_settings({f"accel_{k}": v for k, v in s.items()})}
@@ -60,7 +60,7 @@ def test_desired_releases_follow_the_pools_modes_and_backends():
 def test_dra_pools_bring_the_dra_driver_and_take_it_along():
     """NVIDIA's DRA driver is wanted while any pool is dra (beside the pools' kube-accel-dra release), and is a
     leftover release_cleanup removes (and verify names) once none is."""
-    from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_pools import pool_settings
+    from ansible_collections.kube_accel.gpu.plugins.module_utils.plan.pools import pool_settings
 
     def pool(**s):
         return {"pool": s["pool"], "settings": pool_settings({f"accel_{k}": v for k, v in s.items()})}

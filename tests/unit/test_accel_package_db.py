@@ -16,7 +16,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_package_db as pdb
+from ansible_collections.kube_accel.gpu.plugins.module_utils.host import package_db as pdb
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "package_db"
 

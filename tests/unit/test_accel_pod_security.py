@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_pod_security as ps
+from ansible_collections.kube_accel.gpu.plugins.module_utils.cluster import pod_security as ps
 
 PRIV = ps.level_labels("privileged")
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_host_facts
-from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_pools as ap
+from ansible_collections.kube_accel.gpu.plugins.module_utils.host import system_facts as accel_host_facts
+from ansible_collections.kube_accel.gpu.plugins.module_utils.plan import pools as ap
 
 
 def s(**kw):

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 from ansible.module_utils.testing import patch_module_args
-from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_sysfs
-from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_sysfs import SysfsError
+from ansible_collections.kube_accel.gpu.plugins.module_utils.host import sysfs as accel_sysfs
+from ansible_collections.kube_accel.gpu.plugins.module_utils.host.sysfs import SysfsError
 from ansible_collections.kube_accel.gpu.plugins.modules import sriov_numvfs, vfio_pci_bind
 
 GPU = "0000:3b:00.0"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_verify as av
+from ansible_collections.kube_accel.gpu.plugins.module_utils.verify import pool_checks as av
 
 
 def test_label_and_allocatable_problems_name_node_key_and_values():
@@ -70,7 +70,7 @@ def test_evidence_separates_stand_in_registrations_from_inventory_copies():
 
 def test_dra_nodes_are_not_counted_as_device_plugin_registrations():
     """A dra pool's fake node has no device plugin (its slices column names the publisher): the lab's table said
-    'on -1 fake node(s) the lab's device-plugin stand-ins' and 'True of 8 nodes' before (issue 33)."""
+    'on -1 fake node(s) the lab's device-plugin stand-ins' and 'True of 8 nodes' before."""
     row = {"pool": "dra", "mode": "dra", "nodes": 1, "labels": "ok", "daemonset": "ok", "allocatable": "ok",
            "slices": f"published by {av.DRA_SLICES_STANDIN}", "job": "completed on n", "result": "PASS"}
     text = av.render_table([row], 8, 8, inventory_nodes=2, dra_nodes=1)
@@ -109,7 +109,8 @@ def test_expected_pools_take_the_runtime_class_from_the_release_values():
     which only the NVIDIA runtime reads: their Jobs name the RuntimeClass the release runs its agents with. vGPU
     pools name none (HAMi pools run nvidia as the default runtime, gpu-manager injects its own devices), nor does the
     dra pool (the DRA driver hands its devices to the container engine as CDI devices)."""
-    from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_chart_values, accel_pools
+    from ansible_collections.kube_accel.gpu.plugins.module_utils.helm import pool_charts as accel_chart_values
+    from ansible_collections.kube_accel.gpu.plugins.module_utils.plan import pools as accel_pools
     from kalab.site import gpu_hosts, inventory
 
     pools = accel_pools.collect_pools(gpu_hosts(inventory()))
@@ -137,7 +138,8 @@ def test_operand_problems_want_each_operand_exactly_where_kube_accel_means_it():
 def test_expected_pools_carry_the_operands_only_with_the_operator():
     """The lab inventory's pools through the same filters the verify role uses: the MIG manager on the pool whose
     MIG layout the operator owns (mig_owner operator), the DCGM exporter on every pool."""
-    from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_chart_values, accel_pools
+    from ansible_collections.kube_accel.gpu.plugins.module_utils.helm import pool_charts as accel_chart_values
+    from ansible_collections.kube_accel.gpu.plugins.module_utils.plan import pools as accel_pools
     from kalab.site import gpu_hosts, inventory
 
     pools = accel_pools.collect_pools(gpu_hosts(inventory()))

@@ -6,7 +6,7 @@ roles/*/meta/main.yml; task keys that name a custom module (plugins/modules, rol
 ``map('filter')`` uses in playbooks and in role tasks, handlers, defaults, vars and templates, mapped to the filter
 file that defines the filter; charts a role installs (a release module's chart path ending in a charts/ directory,
 and for a role that feeds the ``accel_pool_releases`` filter to that module, every chart
-``accel_chart_values.chart_for`` picks for a release of any mode). The test fails when the diagram's nodes or edges
+``helm.pool_charts.chart_for`` picks for a release of any mode). The test fails when the diagram's nodes or edges
 differ and says which. To redraw the diagram after a change:
 
     .venv/bin/python tests/unit/test_architecture_doc.py --write
@@ -56,13 +56,11 @@ def filter_files() -> dict[str, str]:
 
 
 def pool_charts() -> set[str]:
-    """Every chart the accel_pool_releases filter can pick: accel_chart_values.chart_for of the release key of every
+    """Every chart the accel_pool_releases filter can pick: helm.pool_charts.chart_for of the release key of every
     mode."""
-    from ansible_collections.kube_accel.gpu.plugins.module_utils import (  # noqa: PLC0415
-        accel_chart_values,
-        accel_constants,
-        accel_pools,
-    )
+    from ansible_collections.kube_accel.gpu.plugins.module_utils.common import constants as accel_constants  # noqa: PLC0415
+    from ansible_collections.kube_accel.gpu.plugins.module_utils.helm import pool_charts as accel_chart_values  # noqa: PLC0415
+    from ansible_collections.kube_accel.gpu.plugins.module_utils.plan import pools as accel_pools  # noqa: PLC0415
 
     keys = set()
     for mode in accel_constants.MODES:

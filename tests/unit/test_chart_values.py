@@ -1,9 +1,10 @@
-"""Each chart's values from the pools a release serves (accel_chart_values)."""
+"""Each chart's values from the pools a release serves (helm.pool_charts)."""
 
 from __future__ import annotations
 
-from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_chart_values as cv
-from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_pools as ap
+from ansible_collections.kube_accel.gpu.plugins.module_utils.helm import pool_charts as cv
+from ansible_collections.kube_accel.gpu.plugins.module_utils.plan import pools as ap
+from ansible_collections.kube_accel.gpu.plugins.module_utils.plan.cluster_settings import cluster_settings
 
 
 def _pool(name, hosts, **settings):
@@ -89,13 +90,13 @@ def test_hami_pools_with_their_own_split_count_get_nodeconfig_entries():
 def test_cluster_components_on_pool_nodes_reaches_the_vgpu_chart():
     """accel_cluster_components_on_pool_nodes turns the vgpu chart's clusterComponents.avoidPoolNodes off; by default
     the chart keeps them off pool nodes (its own default, no value written)."""
-    from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_chart_values as cv
-    from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_pools import pool_settings
+    from ansible_collections.kube_accel.gpu.plugins.module_utils.helm import pool_charts as cv
+    from ansible_collections.kube_accel.gpu.plugins.module_utils.plan.pools import pool_settings
 
     pools = [{"pool": "v", "settings": pool_settings({"accel_pool": "v", "accel_mode": "vgpu",
                                                       "accel_vgpu_backend": "hami"}), "hosts": ["h1"]}]
-    off = cv.cluster_settings({"accel_control_plane_cidrs": ["10.0.0.1/32"]})
+    off = cluster_settings({"accel_control_plane_cidrs": ["10.0.0.1/32"]})
     assert "clusterComponents" not in cv.release_values("vgpu-hami", pools, off)
-    on = cv.cluster_settings({"accel_control_plane_cidrs": ["10.0.0.1/32"],
+    on = cluster_settings({"accel_control_plane_cidrs": ["10.0.0.1/32"],
                               "accel_cluster_components_on_pool_nodes": True})
     assert cv.release_values("vgpu-hami", pools, on)["clusterComponents"] == {"avoidPoolNodes": False}

@@ -1,4 +1,4 @@
-"""The cluster-wide settings the chart values read (accel_chart_values.cluster_settings), the one code path the
+"""The cluster-wide settings the chart values read (helm.pool_charts.cluster_settings), the one code path the
 cluster play's pool_charts role, the lab and the chart tests share."""
 
 from __future__ import annotations
@@ -7,8 +7,13 @@ from pathlib import Path
 
 import yaml
 from ansible_collections.kube_accel.gpu.plugins.filter import accel_pool_filters
-from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_chart_values as cv
-from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_pools as ap
+from ansible_collections.kube_accel.gpu.plugins.module_utils.helm import pool_charts as cv
+from ansible_collections.kube_accel.gpu.plugins.module_utils.plan import pools as ap
+from ansible_collections.kube_accel.gpu.plugins.module_utils.plan.cluster_settings import (
+    CLUSTER_SETTINGS,
+    cluster_problems,
+    cluster_settings,
+)
 
 ROLE = Path(__file__).resolve().parents[2] / "roles" / "pool_charts"
 DIGEST = "sha256:" + "ab" * 32
@@ -21,18 +26,18 @@ def _pool(name, **settings):
 
 def test_the_role_reads_exactly_the_settings_cluster_settings_knows():
     names = yaml.safe_load((ROLE / "vars" / "main.yml").read_text())["pool_charts_cluster_vars"]
-    assert names == [name for name, _default in cv.CLUSTER_SETTINGS.values()]
+    assert names == [name for name, _default in CLUSTER_SETTINGS.values()]
     assert "accel_cluster_settings" in (ROLE / "defaults" / "main.yml").read_text()
 
 
 def test_unset_settings_are_empty_and_set_ones_pass_through():
-    empty = cv.cluster_settings({})
+    empty = cluster_settings({})
     assert empty == {"image_registry": "", "image_pull_secrets": [], "image_digests": {}, "control_plane_cidrs": [],
                      "metrics_cidrs": [], "metrics_namespaces": [], "cluster_components_on_pool_nodes": False,
                      "runtime_class": "nvidia", "dra_claim_namespaces": [],
                      "rollout_max_unavailable": None}
     # The vars lookup answers "" for an unset variable: the same as unset.
-    assert cv.cluster_settings({"accel_control_plane_cidrs": "", "accel_image_digests": None}) == empty
+    assert cluster_settings({"accel_control_plane_cidrs": "", "accel_image_digests": None}) == empty
     full = accel_pool_filters.accel_cluster_settings(
         {"accel_control_plane_cidrs": ["10.0.0.11/32"], "accel_metrics_cidrs": ["10.1.0.0/24"],
          "accel_metrics_namespaces": ["monitoring"], "accel_image_digests": {"projecthami/hami:v2.10.0": DIGEST}},
@@ -41,7 +46,7 @@ def test_unset_settings_are_empty_and_set_ones_pass_through():
 
 
 def test_vgpu_values_carry_metrics_peers_and_control_plane():
-    cluster = cv.cluster_settings({"accel_control_plane_cidrs": ["10.0.0.11/32"],
+    cluster = cluster_settings({"accel_control_plane_cidrs": ["10.0.0.11/32"],
                                    "accel_metrics_cidrs": ["10.1.0.0/24"], "accel_metrics_namespaces": ["monitoring"]})
     values = cv.release_values("vgpu-gpu-manager", [_pool("g", mode="vgpu", vgpu_backend="gpu-manager")], cluster)
     assert values["controlPlaneFrom"] == [{"ipBlock": {"cidr": "10.0.0.11/32"}}]
@@ -54,7 +59,7 @@ def test_vgpu_values_carry_metrics_peers_and_control_plane():
 
 
 def test_image_digests_reach_every_chart_as_global_image_digests():
-    cluster = cv.cluster_settings({"accel_image_digests": {"nvidia/k8s-device-plugin:v0.20.0": DIGEST}})
+    cluster = cluster_settings({"accel_image_digests": {"nvidia/k8s-device-plugin:v0.20.0": DIGEST}})
     for key, pool in (("pgpu", _pool("p", mode="pgpu")), ("mps", _pool("m", mode="mps", mps_replicas=4)),
                       ("vgpu-hami", _pool("h", mode="vgpu", vgpu_backend="hami"))):
         values = cv.release_values(key, [pool], cluster)
@@ -65,7 +70,7 @@ def test_image_digests_reach_every_chart_as_global_image_digests():
 def test_cluster_problems_name_the_hami_pools():
     pools = [_pool("h1", mode="vgpu", vgpu_backend="hami"), _pool("g", mode="vgpu", vgpu_backend="gpu-manager"),
              _pool("p", mode="pgpu")]
-    (problem,) = cv.cluster_problems(pools, cv.cluster_settings({}))
+    (problem,) = cluster_problems(pools, cluster_settings({}))
     assert "h1" in problem and " g," not in problem and "accel_control_plane_cidrs" in problem
-    assert cv.cluster_problems(pools, cv.cluster_settings({"accel_control_plane_cidrs": ["10.0.0.0/24"]})) == []
-    assert cv.cluster_problems(pools[1:], cv.cluster_settings({})) == []
+    assert cluster_problems(pools, cluster_settings({"accel_control_plane_cidrs": ["10.0.0.0/24"]})) == []
+    assert cluster_problems(pools[1:], cluster_settings({})) == []

@@ -1,6 +1,6 @@
-"""Where container_toolkit makes nvidia the default runtime: only where the pool's backend needs it (HAMi pools; README
-"Security model"). gpu-manager hands its device nodes and libraries to runc containers itself; pgpu, mps and timeslice
-workloads name RuntimeClass nvidia."""
+"""Where container_toolkit makes nvidia the default runtime: only where the pool's backend needs it (HAMi pools;
+docs/security.md "GPUs reach a container only through its device plugin's allocation"). gpu-manager hands its device
+nodes and libraries to runc containers itself; pgpu, mps and timeslice workloads name RuntimeClass nvidia."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """container_toolkit's repository key (tasks/repo_key.yml, imported by repo-debian.yml and repo-redhat.yml) evaluated
 against a simulated host (tests/unit/tasksim.py): NVIDIA's key URL answers with a key, the role checks it against
-the pinned fingerprint and only then writes it for apt or dnf (issue 31.4). Keys are GnuPG's (tests/unit/gpgkeys.py).
+the pinned fingerprint and only then writes it for apt or dnf. Keys are GnuPG's (tests/unit/gpgkeys.py).
 Molecule cannot reach NVIDIA's repository, so the download path is exercised here."""
 
 from __future__ import annotations
@@ -58,8 +58,8 @@ def test_a_pinned_key_is_fetched_over_https_and_written(family, keyring):
 
 
 def test_a_swapped_key_is_refused_and_nothing_written():
-    """The attack: whoever answers for nvidia.github.io serves their own key. Before the fix get_url wrote it into the
-    keyring apt trusts for the repository."""
+    """The attack: whoever answers for nvidia.github.io serves their own key. Without the pin, get_url would write it
+    into the keyring apt trusts for the repository."""
     attacker, attacker_fpr = make_key("attacker <attacker@evil.invalid>")
     host = Host(attacker)
     with pytest.raises(AssertionFailed) as failed:

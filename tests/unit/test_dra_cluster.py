@@ -1,12 +1,13 @@
-"""The cluster side of dra pools (issue 33): the dra-pools chart values, NVIDIA's DRA driver values, and what verify
-checks on a dra pool (accel_chart_values, accel_verify)."""
+"""The cluster side of dra pools: the dra-pools chart values, NVIDIA's DRA driver values, and what verify
+checks on a dra pool (helm.pool_charts, verify.pool_checks)."""
 
 from __future__ import annotations
 
-from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_chart_values as cv
-from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_verify as av
-from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_constants import LABELS
-from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_pools import pool_settings
+from ansible_collections.kube_accel.gpu.plugins.module_utils.common.constants import LABELS
+from ansible_collections.kube_accel.gpu.plugins.module_utils.helm import pool_charts as cv
+from ansible_collections.kube_accel.gpu.plugins.module_utils.plan.cluster_settings import cluster_settings
+from ansible_collections.kube_accel.gpu.plugins.module_utils.plan.pools import pool_settings
+from ansible_collections.kube_accel.gpu.plugins.module_utils.verify import pool_checks as av
 
 H100 = ["GPU-b2f6dc5f-6628-564d-a6a6-e38ffdfeb484", "GPU-f43c580b-6919-5eba-aff8-089e5cb0da3a"]
 A100 = ["GPU-a728d1ca-c69f-5970-b633-ee22e69dd86c"]
@@ -21,7 +22,7 @@ def pool(name, uuids, hosts=("h",), **settings):
 def test_dra_release_installs_the_pools_classes_from_their_gpus_and_configs():
     pools = [pool("dra", H100, dra_sharing="mps", dra_mps_active_thread_percentage=50),
              pool("dramig", A100, mig_strategy="mixed", mig_geometry={"3g.40gb": 2})]
-    (release,) = cv.pool_releases(pools, cv.cluster_settings({"accel_dra_claim_namespaces": ["team-a"]}))
+    (release,) = cv.pool_releases(pools, cluster_settings({"accel_dra_claim_namespaces": ["team-a"]}))
     assert (release["name"], release["chart"]) == ("kube-accel-dra", "dra-pools")
     values = release["values"]
     assert values["pools"] == ["dra", "dramig"] and values["claimTemplates"] == {"namespaces": ["team-a"]}

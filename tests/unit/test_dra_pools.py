@@ -1,4 +1,4 @@
-"""DRA pools (issue 33): the inventory variables, the pool model (opaque configs, gates, labels, resources) and the
+"""DRA pools: the inventory variables, the pool model (opaque configs, gates, labels, resources) and the
 preflight rules, each positive and negative, on GPU facts from the recorded snapshots in tests/data/nvml (composed
 from published device data, not recorded on a GPU). That the opaque configs are exactly what NVIDIA's DRA driver
 decodes and validates is tests/conformance/test_dra_config.py's: it runs the driver's own code on them."""
@@ -6,15 +6,17 @@ decodes and validates is tests/conformance/test_dra_config.py's: it runs the dri
 from __future__ import annotations
 
 import pytest
-from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_inventory, accel_plan_inventory
-from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_plan as plan
-from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_pools as ap
-from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_constants import (
+from ansible_collections.kube_accel.gpu.plugins.module_utils.common.constants import (
     DRA_FEATURE_GATES,
     LABELS,
     UPSTREAM_LABELS,
 )
-from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_values import quantity_bytes, value_problems
+from ansible_collections.kube_accel.gpu.plugins.module_utils.plan import inventory as accel_inventory
+from ansible_collections.kube_accel.gpu.plugins.module_utils.plan import inventory_check as accel_plan_inventory
+from ansible_collections.kube_accel.gpu.plugins.module_utils.plan import pools as ap
+from ansible_collections.kube_accel.gpu.plugins.module_utils.plan import rules as plan
+from ansible_collections.kube_accel.gpu.plugins.module_utils.plan.grammars import quantity_bytes
+from ansible_collections.kube_accel.gpu.plugins.module_utils.plan.values import value_problems
 from test_plan import gpus
 
 HOST = "gpu-01"

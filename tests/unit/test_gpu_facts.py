@@ -17,7 +17,7 @@ from types import SimpleNamespace
 
 import pytest
 from adhoc import run_module
-from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_gpu_facts as facts
+from ansible_collections.kube_accel.gpu.plugins.module_utils.host import gpu_facts as facts
 
 REPO = Path(__file__).resolve().parents[2]
 SNAPSHOTS = REPO / "tests" / "data" / "nvml"

@@ -123,7 +123,7 @@ def test_facts_come_from_the_collections_facts_code(tmp_path, capsys):
     rc = cli.main(["facts", "--nvidia-smi", NO_SMI, "--smi-xml", str(XML), "--json"])
     result = json.loads(capsys.readouterr().out)["facts"]
     assert rc == cli.EXIT_FAIL
-    assert result["source"] == "kube_accel.gpu accel_gpu_facts.gather_facts()"
+    assert result["source"] == "kube_accel.gpu host.gpu_facts.gather_facts()"
     assert {f["status"] for f in result["findings"] if f["field"] == "gpu"} == {"gpu_missing"}
 
 

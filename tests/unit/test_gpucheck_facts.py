@@ -221,7 +221,7 @@ def _smi_xml_for_snapshot(snapshot: dict) -> str:
 
 @pytest.mark.parametrize("snapshot", ["h100-80gb", "a100-80gb-mig", "t4", "dual-socket-a100x8"])
 def test_real_facts_module_output_compares_clean_with_nvidia_smi_spelling(snapshot):
-    """Interop with plugins/module_utils/accel_gpu_facts.py as it is: its real output format (bools,
+    """Interop with plugins/module_utils/host/gpu_facts.py as it is: its real output format (bools,
     "Default", sysfs-style bus ids, "12.4") must compare equal to nvidia-smi's spelling of the same host.
     The snapshots in tests/data/nvml are the facts module's own (composed) device data."""
     module = facts.accel_gpu_facts

@@ -1,4 +1,4 @@
-"""accel_host_facts: what the preflight reads of a GPU host, in one module run (module_utils/accel_host_facts.py).
+"""accel_host_facts: what the preflight reads of a GPU host, in one module run (module_utils/host/system_facts.py).
 
 The module runs for real on this machine through `ansible localhost -m` (its os-release, its /sys/fs/cgroup, its
 containerd if any); only NVML is a recorded snapshot (tests/data/nvml: no GPU here)."""
@@ -12,7 +12,7 @@ import subprocess
 from pathlib import Path
 
 from adhoc import run_module
-from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_host_facts as hf
+from ansible_collections.kube_accel.gpu.plugins.module_utils.host import system_facts as hf
 
 REPO = Path(__file__).resolve().parents[2]
 SNAPSHOT = REPO / "tests" / "data" / "nvml" / "a30.json"

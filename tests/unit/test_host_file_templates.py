@@ -1,5 +1,5 @@
-"""Inventory values reach the host's apt and GRUB files only in a form that cannot change those files' structure
-(issue 31, low finding "inventory values reach files unescaped"). The role templates are rendered as Ansible renders
+"""Inventory values reach the host's apt and GRUB files only in a form that cannot change those files' structure.
+The role templates are rendered as Ansible renders
 them (Jinja with Ansible's own ``quote`` filter and kube-accel's filters), each with a hostile value:
 
 - apt sources (deb822) and preferences have no quoting: a line break starts another field, so a mirror URL or a
@@ -18,7 +18,7 @@ import pytest
 from ansible.errors import AnsibleFilterError
 from ansible.plugins.filter.core import FilterModule as CoreFilters
 from ansible_collections.kube_accel.gpu.plugins.filter import accel_repo_filters
-from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_host_files
+from ansible_collections.kube_accel.gpu.plugins.module_utils.host import file_values as accel_host_files
 
 ROLES = Path(__file__).resolve().parents[2] / "roles"
 

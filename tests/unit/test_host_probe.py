@@ -1,4 +1,4 @@
-"""The hosts play's check-mode probe (ansible/hosts.yml, issue 29.2), read from the playbook and the roles.
+"""The hosts play's check-mode probe (ansible/hosts.yml), read from the playbook and the roles.
 
 The probe runs tasks/host_roles.yml in check mode and learns that a task would change through one handler: tasks
 without a notify of their own inherit it from the include's apply, tasks with one notify a role topic the handler
@@ -21,8 +21,8 @@ SKIPPED_IN_CHECK_MODE = {
     ("nvidia_driver", "Build and install the NVIDIA module for {{ nvidia_driver_kernel }}"),
     # Its check-mode twin "Say that the module stream would switch" reports the change.
     ("nvidia_driver", "Switch the nvidia-driver module stream"),
-    # RHEL: boot entries lacking the planned arguments. A changed argument list in the variables is a full run; a
-    # kube-accel upgrade that changes the list the role derives is missed by the probe (README "Fast path").
+    # RHEL: boot entries lacking the planned arguments. Its check-mode twin "Report the boot entries grubby would
+    # update" reports the change, so the probe sees it (docs/day2.md "Fast path for unchanged hosts").
     ("iommu", "Add the IOMMU arguments to every boot entry"),
     ("iommu", "Remove arguments kube-accel added that are no longer wanted"),
     # Host-applied MIG hosts are never probed (device state); not_host.yml's commands are followed by the removal of

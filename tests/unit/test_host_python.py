@@ -9,12 +9,12 @@ import ast
 from pathlib import Path
 
 import pytest
+from scenario_reuse import module_utils_imports
 
 REPO = Path(__file__).resolve().parents[2]
 FEATURE = (3, 9)
 TYPE_NAMES = {"int", "str", "float", "bool", "bytes", "list", "dict", "set", "tuple", "frozenset", "type", "object"}
 NEW_MODULES = {"tomllib": (3, 11)}  # stdlib modules newer than 3.9: only behind try/except ImportError
-UTILS_PACKAGE = "ansible_collections.kube_accel.gpu.plugins.module_utils"
 
 
 def host_files() -> list[Path]:
@@ -22,17 +22,10 @@ def host_files() -> list[Path]:
     utils = REPO / "plugins" / "module_utils"
     seen, pending = set(), list(files)
     while pending:
-        tree = ast.parse(pending.pop().read_text())
-        for node in ast.walk(tree):
-            if not (isinstance(node, ast.ImportFrom) and node.module and node.module.startswith(UTILS_PACKAGE)):
-                continue
-            # from <package>.accel_x import y, or from <package> import accel_x, accel_y
-            names = [node.module.rsplit(".", 1)[-1]] if node.module != UTILS_PACKAGE else [a.name for a in node.names]
-            for name in names:
-                path = utils / f"{name}.py"
-                if path.exists() and path not in seen:
-                    seen.add(path)
-                    pending.append(path)
+        for path in module_utils_imports(pending.pop(), utils):
+            if path not in seen:
+                seen.add(path)
+                pending.append(path)
     return files + sorted(seen)
 
 
@@ -126,7 +119,7 @@ def test_host_side_code_runs_on_python_39(path):
 
 def test_host_files_found():
     names = {p.name for p in FILES}
-    assert {"containerd_nvidia_dropin.py", "sriov_numvfs.py", "accel_sysfs.py"} <= names
+    assert {"containerd_nvidia_dropin.py", "sriov_numvfs.py", "sysfs.py"} <= names
 
 
 @pytest.mark.parametrize("source", [

@@ -12,7 +12,8 @@ import re
 from pathlib import Path
 
 import pytest
-from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_inventory, accel_pools
+from ansible_collections.kube_accel.gpu.plugins.module_utils.plan import inventory as accel_inventory
+from ansible_collections.kube_accel.gpu.plugins.module_utils.plan import pools as accel_pools
 
 REPO = Path(__file__).resolve().parents[2]
 FALLBACK = re.compile(r"\b(accel_[a-z0-9_]+)\s*\|\s*default\(\s*([^(),]*?)\s*(?:,\s*true\s*)?\)")
@@ -53,7 +54,7 @@ def test_role_fallback_is_the_models_default(path, name, value):
     entry = accel_inventory.VARIABLES[name]
     if "default" in entry:
         assert value == entry["default"], f"{path}: {name} falls back to {value!r}; the model's default is " \
-                                          f"{entry['default']!r} (plugins/module_utils/accel_inventory.py)"
+                                          f"{entry['default']!r} (plugins/module_utils/plan/inventory.py)"
     else:
         assert value in NO_VALUE or (name, value) in STANDALONE, \
             f"{path}: {name} has no default in the model but falls back to {value!r}"

@@ -1,4 +1,4 @@
-"""The inventory model: strict values as written (accel_values), the inventory as a whole (accel_plan_inventory), and
+"""The inventory model: strict values as written (plan.values), the inventory as a whole (plan.inventory_check), and
 the model's limits against what the charts' values.schema.json enforce (one definition: a value the preflight passes
 never fails in Helm after the hosts changed)."""
 
@@ -9,8 +9,9 @@ from pathlib import Path
 
 import jsonschema
 import pytest
-from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_inventory, accel_plan_inventory
-from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_values import (
+from ansible_collections.kube_accel.gpu.plugins.module_utils.plan import inventory as accel_inventory
+from ansible_collections.kube_accel.gpu.plugins.module_utils.plan import inventory_check as accel_plan_inventory
+from ansible_collections.kube_accel.gpu.plugins.module_utils.plan.values import (
     GRAMMARS,
     oversized,
     shown,
@@ -161,13 +162,14 @@ def test_unknown_names_are_reported_where_they_are_written():
     out = accel_plan_inventory.check(inv)
     assert out["hosts"]["h1"]["problems"][:2] == [
         "h1: accel_mps_replica = 4 (g/mps_replica.yml:1): unknown variable (did you mean accel_mps_replicas?); "
-        "allowed: the variables of kube-accel's inventory model (README, docs/plan-checks.md)",
+        "allowed: the variables of kube-accel's inventory model (docs/inventory.md, docs/plan-checks.md)",
         "h1: mps_replicas = 4 (h1.yml:1): unknown variable (did you mean accel_mps_replicas?); allowed: the "
-        "variables of kube-accel's inventory model (README, docs/plan-checks.md), and the variables of kube-accel's "
-        "roles"]
+        "variables of kube-accel's inventory model (docs/inventory.md, docs/plan-checks.md), and the variables of "
+        "kube-accel's roles"]
     assert out["inventory"] == [
         "group kube_control_plane: accel_namepsace = 'x' (cp.yml:2): unknown variable (did you mean "
-        "accel_namespace?); allowed: the variables of kube-accel's inventory model (README, docs/plan-checks.md)"]
+        "accel_namespace?); allowed: the variables of kube-accel's inventory model (docs/inventory.md, "
+        "docs/plan-checks.md)"]
 
 
 def test_role_variables_are_known_and_their_typos_are_not():
@@ -179,8 +181,8 @@ def test_role_variables_are_known_and_their_typos_are_not():
     problems = accel_plan_inventory.check(inv)["hosts"]["h1"]["problems"]
     assert problems == [
         "h1: nvidia_driver_install_pacakges = false: unknown variable (did you mean nvidia_driver_install_packages?); "
-        "allowed: the variables of kube-accel's inventory model (README, docs/plan-checks.md), and the variables of "
-        "kube-accel's roles"]
+        "allowed: the variables of kube-accel's inventory model (docs/inventory.md, docs/plan-checks.md), and the "
+        "variables of kube-accel's roles"]
 
 
 def test_a_host_in_two_pools_or_in_none():

@@ -1,6 +1,6 @@
 """iommu's grubby path (RHEL family: tasks/grubby.yml) against a simulated grubby: no RHEL host or grubby here, so the
 task file is evaluated the way Ansible would (tests/unit/tasksim.py) and the host keeps real boot-entry argument
-lists that grubby --args / --remove-args edit. Issue 16.13: the state file records only what kube-accel added, so
+lists that grubby --args / --remove-args edit. The state file records only what kube-accel added, so
 turning the IOMMU off leaves the arguments the operator had set."""
 
 from __future__ import annotations

@@ -78,8 +78,8 @@ def test_nodes_start_without_gpu_capacity_where_a_stand_in_registers_them():
     """Nodes of pools whose device plugin a lab stand-in registers (pgpu, mps, timeslice, vgpu-hami) start with no
     GPU resource, as a fresh node does before its plugin runs; MIG and gpu-manager nodes get the inventory's
     capacity, marked so that verify does not count it; without stand-ins (--no-upstream) every node gets it."""
-    from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_pools
-    from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_verify import (
+    from ansible_collections.kube_accel.gpu.plugins.module_utils.plan import pools as accel_pools
+    from ansible_collections.kube_accel.gpu.plugins.module_utils.verify.pool_checks import (
         LAB_CAPACITY_ANNOTATION,
         LAB_CAPACITY_FROM_INVENTORY,
     )

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_gpu_facts
+from ansible_collections.kube_accel.gpu.plugins.module_utils.host import gpu_facts as accel_gpu_facts
 
 REPO = Path(__file__).resolve().parents[2]
 STANDIN = REPO / "scripts" / "kalab" / "nvidia_smi.py"

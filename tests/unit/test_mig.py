@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from ansible.errors import AnsibleFilterError
 from ansible_collections.kube_accel.gpu.plugins.filter.accel_plan_filters import FilterModule
-from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_mig as mig
+from ansible_collections.kube_accel.gpu.plugins.module_utils.plan import mig
 
 
 def as_set(combos):

@@ -1,12 +1,12 @@
 """The record of a MIG geometry kube-accel put on a host is one path: roles/mig writes it, the preflight reads it
-(with a host-owned geometry's mig-parted config), accel_plan names it (accel_constants MIG_RECORD_FILE)."""
+(with a host-owned geometry's mig-parted config), accel_plan names it (common.constants MIG_RECORD_FILE)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import yaml
-from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_constants import MIG_RECORD_FILE
+from ansible_collections.kube_accel.gpu.plugins.module_utils.common.constants import MIG_RECORD_FILE
 
 ROLES = Path(__file__).resolve().parents[2] / "roles"
 

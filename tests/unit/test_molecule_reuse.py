@@ -74,6 +74,33 @@ def test_input_files_follow_roles_plugins_and_paths(repo):
     }
 
 
+
+def test_module_utils_sub_packages_are_followed_by_their_imports(repo):
+    """Sub-packages of module_utils: a dotted import, ``from <package> import <module>`` and a relative import inside
+    module_utils each bring exactly the files imported (and the packages' __init__.py), whatever their names; a
+    module of the same name in another sub-package, or a word in YAML, brings nothing."""
+    prefix = "ansible_collections.kube_accel.gpu.plugins.module_utils"
+    write(repo / "plugins/modules/m3.py", f"from {prefix}.plan.pools import node_labels\n"
+          f"from {prefix}.helm import client\n")
+    write(repo / "roles/r1/tasks/main.yml", "- name: r1\n  kube_accel.gpu.m1:\n- kube_accel.gpu.m3: {values: 1}\n")
+    write(repo / "plugins/module_utils/plan/__init__.py", "")
+    write(repo / "plugins/module_utils/plan/pools.py", "from ..common import constants\nfrom . import inventory\n")
+    write(repo / "plugins/module_utils/plan/inventory.py", "VARIABLES = {}\n")
+    write(repo / "plugins/module_utils/plan/values.py", "x = 1\n")
+    write(repo / "plugins/module_utils/common/__init__.py", "")
+    write(repo / "plugins/module_utils/common/constants.py", "LABELS = {}\n")
+    write(repo / "plugins/module_utils/helm/__init__.py", "")
+    write(repo / "plugins/module_utils/helm/client.py", "from .values import merge\n")
+    write(repo / "plugins/module_utils/helm/values.py", "def merge(): pass\n")
+    write(repo / "plugins/module_utils/cluster/__init__.py", "")
+    write(repo / "plugins/module_utils/cluster/client.py", "y = 2\n")
+    files = {p.relative_to(repo).as_posix() for p in reuse.input_files(scenario(repo))}
+    utils = {f for f in files if "/module_utils/" in f}
+    assert utils == {f"plugins/module_utils/{name}" for name in (
+        "u.py", "u2.py", "u3.py", "plan/__init__.py", "plan/pools.py", "plan/inventory.py", "common/__init__.py",
+        "common/constants.py", "helm/__init__.py", "helm/client.py", "helm/values.py")}
+
+
 @pytest.mark.parametrize("path", ["roles/r1/tasks/main.yml", "roles/r2/tasks/main.yml", "plugins/module_utils/u.py",
                                   "plugins/module_utils/u2.py", "plugins/module_utils/u3.py", "plugins/action/m1.py",
                                   "plugins/filter/f.py", "roles/r1/molecule/s/converge.yml", "tests/data/d.json"])

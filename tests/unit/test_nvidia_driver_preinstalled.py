@@ -1,4 +1,4 @@
-"""accel_driver_source: preinstalled (issue 32.1): the role checks the driver the host's image brings against the plan
+"""accel_driver_source: preinstalled: the role checks the driver the host's image brings against the plan
 and installs nothing, and the preflight refuses a mismatch before anything changes.
 
 No GPU here: the role's task file runs against a simulated host (tests/unit/tasksim.py) whose
@@ -14,8 +14,9 @@ from pathlib import Path
 
 import pytest
 import yaml
-from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_driver, accel_gpu_facts
-from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_plan as plan
+from ansible_collections.kube_accel.gpu.plugins.module_utils.host import gpu_facts as accel_gpu_facts
+from ansible_collections.kube_accel.gpu.plugins.module_utils.plan import driver as accel_driver
+from ansible_collections.kube_accel.gpu.plugins.module_utils.plan import rules as plan
 from tasksim import AssertionFailed, RoleVars, run_tasks
 
 ROLE = Path(__file__).resolve().parents[2] / "roles" / "nvidia_driver"

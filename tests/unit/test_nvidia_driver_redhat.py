@@ -1,10 +1,10 @@
 """nvidia_driver's RHEL tasks (tasks/redhat.yml, vars/RedHat.yml) against simulated RHEL hosts: there is no RHEL
 host or image in CI, so the task file is evaluated task by task the way Ansible would (``when`` as a Jinja expression,
 ``register``, blocks, the role's own filters), with each module's answer taken from the simulated host. What the
-tests assert is the sequence of actions the host would see: EPEL before the DKMS stream (issue 16.5), ``dnf module
-switch-to`` under a lifted version lock on a branch or flavour change (issue 16.11), the ``fm`` profile on NVSwitch
+tests assert is the sequence of actions the host would see: EPEL before the DKMS stream, ``dnf module
+switch-to`` under a lifted version lock on a branch or flavour change, the ``fm`` profile on NVSwitch
 systems, and the reboot the change asks for; the CUDA repository key fetched over https only and written for dnf only
-when its fingerprint is pinned (tasks/repo_key.yml, issue 31.4: a key trusted on first use over any scheme before).
+when its fingerprint is pinned (tasks/repo_key.yml).
 """
 
 from __future__ import annotations
@@ -193,8 +193,8 @@ def test_the_key_is_fetched_over_https_checked_and_given_to_dnf_as_a_local_file(
 
 
 def test_a_key_without_the_pinned_fingerprint_is_refused_before_anything_is_written():
-    """The attack: the key URL (or a machine in between) serves another key. Before the fix dnf imported whatever the
-    URL served on first use; now the play stops, names both fingerprints, and writes neither key nor repository."""
+    """The attack: the key URL (or a machine in between) serves another key. Without the pin dnf would import whatever
+    the URL served on first use; the play stops, names both fingerprints, and writes neither key nor repository."""
     other, other_fpr = make_key("attacker <attacker@evil.invalid>")
     host = RhelHost(epel=True, served_key=other)
     with pytest.raises(AssertionFailed) as failed:

@@ -1,4 +1,4 @@
-"""nvidia_runtime_config and its merge (plugins/module_utils/accel_runtime_config.py) on files shaped as NVIDIA's
+"""nvidia_runtime_config and its merge (plugins/module_utils/host/runtime_config.py) on files shaped as NVIDIA's
 package and operators write them. NVIDIA's own writer on the same inputs: tests/conformance/test_nvidia_ctk.py."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import tomllib
 
 import pytest
 from ansible.module_utils.testing import patch_module_args
-from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_runtime_config import holds_only, merge
+from ansible_collections.kube_accel.gpu.plugins.module_utils.host.runtime_config import holds_only, merge
 from ansible_collections.kube_accel.gpu.plugins.modules import nvidia_runtime_config as mod
 
 ENVVAR = "accept-nvidia-visible-devices-envvar-when-unprivileged"

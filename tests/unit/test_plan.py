@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 import yaml
 from ansible_collections.kube_accel.gpu.plugins.filter.accel_plan_filters import FilterModule
-from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_gpu_facts, accel_inventory
-from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_plan as plan
+from ansible_collections.kube_accel.gpu.plugins.module_utils.host import gpu_facts as accel_gpu_facts
+from ansible_collections.kube_accel.gpu.plugins.module_utils.plan import inventory as accel_inventory
+from ansible_collections.kube_accel.gpu.plugins.module_utils.plan import rules as plan
 
 REPO = Path(__file__).resolve().parents[2]
 SNAPSHOTS = REPO / "tests" / "data" / "nvml"
@@ -95,7 +96,7 @@ def test_rule_gpu_manager_refused_on_cuda_12():
 
 
 def test_rule_gpu_manager_refused_on_cgroup_v2_and_containerd_2():
-    # Issue 14.5: gpu-manager v1.1.5 speaks CRI v1alpha2 only and reads the cgroup v1 memory hierarchy.
+    # gpu-manager v1.1.5 speaks CRI v1alpha2 only and reads the cgroup v1 memory hierarchy.
     settings = pool(mode="vgpu", vgpu_backend="gpu-manager", driver_branch="470")
     t4 = gpus("t4")
     v1_host = {**t4, "host_runtime": {"cgroup_version": 1, "containerd_version": "1.7.24"}}
@@ -331,7 +332,7 @@ def test_rule_mig_left_on_for_a_whole_gpu_pool():
 
 @pytest.mark.parametrize("mode", ["pgpu", "mps", "timeslice", "vgpu"])
 def test_mig_kube_accel_turned_on_may_be_found_on_by_a_plan_without_mig(mode):
-    """Issue 29: a geometry removed from the plan (or the pool switched away from MIG) finds MIG on; roles/mig's record
+    """A geometry removed from the plan (or the pool switched away from MIG) finds MIG on; roles/mig's record
     says kube-accel turned it on, so the hosts play turns it off (roles/mig) and the plan is accepted. Without the
     record the same GPUs are refused: that MIG is someone else's."""
     extra = {"vgpu": {"vgpu_backend": "hami"}, "mps": {"mps_replicas": 4}, "timeslice": {"timeslice_replicas": 4},
@@ -359,7 +360,7 @@ def test_rule_kubernetes_version_for_numa_too_old():
             "kubelet --config-dir drop-in, a flag kubelet accepts by default only from 1.30; allowed: >= 1.30, "
             "or accel_numa_policy none"]
     assert check(pool(mode="pgpu", numa_policy="none", kubernetes_version="1.25")) == []
-    # Older than the charts' floor (accel_constants.MIN_KUBERNETES): refused whatever the NUMA policy.
+    # Older than the charts' floor (common.constants.MIN_KUBERNETES): refused whatever the NUMA policy.
     assert check(pool(mode="pgpu", numa_policy="none", kubernetes_version="1.24")) == [
         "gpu-01: accel_kubernetes_version = '1.24': older than every kube-accel chart accepts (kubeVersion >= 1.25): "
         "the run would fail at the first helm install, after the hosts changed; allowed: a version such as \"1.36\" "
@@ -467,7 +468,7 @@ def test_rule_mig_driver_minimum():
 
 
 
-# --- plan validation gaps (issue 16.6): names, cluster settings, driver branch per GPU, pools across groups ------
+# --- plan validation gaps: names, cluster settings, driver branch per GPU, pools across groups ------
 
 
 @pytest.mark.parametrize(("value", "what"), [
@@ -603,8 +604,8 @@ def test_rule_driver_flavor():
     ("590", {}, "newer than the newest branch HAMi-core's limits were written and verified for (580, CUDA 13.0)"),
     ("590", {"accel_vgpu_hami_unverified_driver": True}, None)])
 def test_rule_hami_driver_range(branch, extra, what):
-    """A HAMi pool promises its limits on CUDA 12+ drivers up to the newest branch HAMi-core was verified on (README
-    "What a HAMi pool promises"); beyond, only with an explicit acknowledgement."""
+    """A HAMi pool promises its limits on CUDA 12+ drivers up to the newest branch HAMi-core was verified on
+    (docs/modes/vgpu.md "What a HAMi pool promises"); beyond, only with an explicit acknowledgement."""
     problems = check({**pool(mode="vgpu", vgpu_backend="hami", driver_branch=branch), **extra}, {"count": 0})
     if what is None:
         assert problems == []
@@ -617,8 +618,8 @@ def test_rule_hami_driver_range(branch, extra, what):
 
 @pytest.mark.parametrize("dist", ["k3s", "rke2"])
 def test_what_k3s_and_rke2_do_not_support_is_refused(dist):
-    """GPU-Manager cannot talk to their containerd 2.x (README); NUMA pools are served there (kubelet_gpu writes into
-    the --config-dir their service passes the kubelet), above the same Kubernetes floor as on kubeadm."""
+    """GPU-Manager cannot talk to their containerd 2.x (docs/modes/vgpu.md); NUMA pools are served there (kubelet_gpu
+    writes into the --config-dir their service passes the kubelet), above the same Kubernetes floor as on kubeadm."""
     assert check(pool(mode="pgpu", kubernetes_distribution=dist), gpus("a100-80gb")) == []
     numa = check(pool(mode="pgpu", numa_policy="single-numa-node", kubernetes_distribution=dist),
                  gpus("dual-socket-a100x8"))

@@ -1,12 +1,14 @@
-"""helm's --timeout of a release scaled with the nodes its DaemonSets roll (accel_chart_values.rollout_timeout)."""
+"""helm's --timeout of a release scaled with the nodes its DaemonSets roll (helm.pool_charts.rollout_timeout)."""
 
 from __future__ import annotations
 
 import pytest
-from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_chart_values as cv
-from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_inventory, accel_values
-from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_pools as ap
-from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_helm import release_specs
+from ansible_collections.kube_accel.gpu.plugins.module_utils.helm import pool_charts as cv
+from ansible_collections.kube_accel.gpu.plugins.module_utils.helm.release import release_specs
+from ansible_collections.kube_accel.gpu.plugins.module_utils.plan import inventory as accel_inventory
+from ansible_collections.kube_accel.gpu.plugins.module_utils.plan import pools as ap
+from ansible_collections.kube_accel.gpu.plugins.module_utils.plan import values as accel_values
+from ansible_collections.kube_accel.gpu.plugins.module_utils.plan.cluster_settings import cluster_settings
 
 
 def _pool(name, hosts, **settings):
@@ -71,13 +73,13 @@ def test_the_inventorys_max_unavailable_reaches_every_node_agent_release_and_its
     pools = [_pool("big", hosts[:150], mode="mps", mps_replicas=4),
              _pool("ts", hosts[150:], mode="timeslice", timeslice_replicas=4),
              _pool("hami", ["h1"], mode="vgpu", vgpu_backend="hami")]
-    cluster = cv.cluster_settings({"accel_rollout_max_unavailable": 5})
+    cluster = cluster_settings({"accel_rollout_max_unavailable": 5})
     releases = {r["name"]: r for r in cv.pool_releases(pools, cluster)}
     assert {name: r["values"]["rollingUpdate"] for name, r in releases.items()} == dict.fromkeys(
         ("kube-accel-mps", "kube-accel-timeslice", "kube-accel-vgpu-hami"), {"maxUnavailable": 5})
     assert releases["kube-accel-mps"]["timeout"] == f"{cv.ROLLOUT_BASE_S + 30 * cv.ROLLOUT_BATCH_S}s"
     # Unset: the charts' own default, which is the inventory model's.
-    unset = cv.pool_releases(pools, cv.cluster_settings({}))
+    unset = cv.pool_releases(pools, cluster_settings({}))
     assert all("rollingUpdate" not in r["values"] for r in unset)
     assert accel_inventory.defaults("cluster")["accel_rollout_max_unavailable"] == cv.DEFAULT_MAX_UNAVAILABLE
 

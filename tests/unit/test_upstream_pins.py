@@ -1,5 +1,5 @@
 """scripts/upstream.sh builds and tests against upstream archives only at their pinned sha256 (scripts/upstream.sha256),
-and runs Go with the checksum database on whatever the caller's environment says (issue 31.4)."""
+and runs Go with the checksum database on whatever the caller's environment says."""
 
 from __future__ import annotations
 

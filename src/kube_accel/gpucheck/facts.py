@@ -8,11 +8,11 @@ from pathlib import Path
 # The facts module's own code (module_utils of the kube_accel.gpu collection), as an ordinary package: a checkout's
 # venv has .collections on its path (the Makefile's kube_accel_collection.pth); for an installed collection, put the
 # directory that holds its ansible_collections/ on PYTHONPATH.
-from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_gpu_facts
+from ansible_collections.kube_accel.gpu.plugins.module_utils.host import gpu_facts as accel_gpu_facts
 
 from .smi import GPU_FIELDS, HOST_FIELDS
 
-SOURCE = "kube_accel.gpu accel_gpu_facts.gather_facts()"
+SOURCE = "kube_accel.gpu host.gpu_facts.gather_facts()"
 
 
 def gather_facts() -> dict:

@@ -1,35 +1,18 @@
 # Copyright: kube-accel contributors
 # Apache License 2.0
-"""Strict checks of one inventory value against its definition in ``accel_inventory.VARIABLES``.
-
-Values are checked as written, never coerced: a boolean is a YAML boolean (``true``/``false``; YAML 1.1's
-``yes``/``no``/``on``/``off`` load as booleans too), never the string ``"yes"`` or ``y``; an integer is never ``4.0``
-or ``"7"``; a list is never a string (which a loop would walk one character at a time). Each string that reaches a
-host file, a kernel command line, an apt/dnf source, a URL or a Kubernetes object name is checked against the exact
-grammar of that target (``GRAMMARS``): nothing with a newline, quote or shell metacharacter passes where the target
-does not allow it.
-
-Public API:
-
-- ``value_problems(name, value, written=None, source="") -> [(what, allowed)]``: every problem of one value of a known
-  variable. ``written`` is the value's text as it stands in its file (it explains YAML surprises such as ``1.30``
-  read as ``1.3``), ``source`` how the value came in (``"extra"``: ``-e key=value``, which passes strings; ``"ini"``:
-  an INI ``:vars`` section, whose values are strings).
-- ``shown(value)``: a short, bounded rendering of any value for messages (safe on YAML alias bombs).
-- ``oversized(value)``: a description when a value holds more items than any setting could (YAML aliases expand
-  exponentially), checked before anything walks it.
-"""
+"""The grammar of each string setting that reaches a host file, a kernel command line, an apt/dnf source, a URL or a
+Kubernetes object name: ``GRAMMARS`` maps a grammar name (an inventory variable's ``grammar``) to ``(check, allowed)``,
+where ``check(value)`` says what is wrong ("" = fine) with a value that already has its variable's type. Nothing with
+a newline, quote or shell metacharacter passes where the target does not allow it. ``plan.values`` applies them."""
 
 from __future__ import annotations
 
 import difflib
 import ipaddress
 import re
-import reprlib
 from decimal import Decimal, InvalidOperation
 
-from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_k8s_names as names
-from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_constants import (
+from ansible_collections.kube_accel.gpu.plugins.module_utils.common.constants import (
     DRA_DRIVER_VERSION,
     DRA_FEATURE_GATE_EXCLUDES,
     DRA_FEATURE_GATE_REQUIRES,
@@ -37,18 +20,8 @@ from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_constants imp
     MIN_KUBERNETES,
     POOL_DERIVED_NAMES,
 )
-from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_inventory import VARIABLES
-
-# A value with more nodes than this is no setting of kube-accel's (the largest, a MIG geometry or a label map, has
-# tens): counted without expanding shared YAML aliases, so a "billion laughs" costs microseconds.
-MAX_NODES = 2000
-MAX_SHOWN = 120
-
-_REPR = reprlib.Repr()
-_REPR.maxstring = 60
-_REPR.maxother = 60
-_REPR.maxlist = _REPR.maxtuple = _REPR.maxdict = _REPR.maxset = 6
-_REPR.maxlevel = 3
+from ansible_collections.kube_accel.gpu.plugins.module_utils.plan import k8s_names as names
+from ansible_collections.kube_accel.gpu.plugins.module_utils.plan.value_text import kind_of, shown
 
 # Where an image registry prefix is spliced: registry[:port][/path], as a container image reference's domain and
 # path components are written (no scheme, no tag or digest, no trailing "/").
@@ -66,162 +39,9 @@ DRIVER_BRANCH_RE = re.compile(r"[0-9]{3}")
 MIG_PROFILE_RE = re.compile(r"[1-9][0-9]*(c\.[1-9][0-9]*)?g\.[1-9][0-9]*gb(\+[a-z0-9]+)*")
 FILE_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 REBOOT_PERCENT_RE = re.compile(r"([0-9]+)%")
-# The longest pool name whose derived object names (accel_constants.POOL_DERIVED_NAMES) are all RFC 1123 labels.
+# The longest pool name whose derived object names (common.constants.POOL_DERIVED_NAMES) are all RFC 1123 labels.
 POOL_NAME_MAX = names.DNS1123_LABEL_MAX - max(len(p.format(pool="")) for p in POOL_DERIVED_NAMES.values())
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
-_TYPE_NAMES = {"str": "a string", "path": "a path (string)", "int": "an integer", "float": "a number",
-               "bool": "a boolean", "list": "a list", "dict": "a mapping"}
-_TRUE_WORDS = ("y", "yes", "true", "on", "1", "t")
-_FALSE_WORDS = ("n", "no", "false", "off", "0", "f")
-
-
-def shown(value) -> str:
-    """A bounded repr of ``value``: at most MAX_SHOWN characters, however large or deeply aliased the value."""
-    if value is None:
-        return "null"
-    text = ("true" if value else "false") if isinstance(value, bool) else _REPR.repr(value)
-    return text if len(text) <= MAX_SHOWN else text[:MAX_SHOWN - 3] + "..."
-
-
-def oversized(value, limit: int = MAX_NODES) -> str:
-    """A description when ``value`` holds more than ``limit`` nodes counted with every alias expanded; else ""."""
-    memo: dict[int, int] = {}
-
-    def count(node, depth: int) -> int:
-        if depth > 64:
-            return limit + 1
-        if isinstance(node, dict):
-            key = id(node)
-            if key not in memo:
-                memo[key] = 1 + sum(count(v, depth + 1) for v in node.values()) + len(node)
-            return memo[key]
-        if isinstance(node, (list, tuple)):
-            key = id(node)
-            if key not in memo:
-                memo[key] = 1 + sum(count(v, depth + 1) for v in node)
-            return memo[key]
-        return 1
-
-    total = count(value, 0)
-    if total <= limit:
-        return ""
-    return f"a value of {total:,} items (YAML aliases repeat shared nodes), far more than any setting holds"
-
-
-def _kind(value) -> str:
-    """How YAML loaded a value, for messages: "the string 'y'", "the number 4.0"."""
-    if isinstance(value, bool):
-        return f"the boolean {str(value).lower()}"
-    if value is None:
-        return "null (an empty YAML value)"
-    if isinstance(value, (int, float)):
-        return f"the number {value!r}"
-    if isinstance(value, str):
-        return f"the string {shown(value)}"
-    if isinstance(value, dict):
-        return "a mapping"
-    if isinstance(value, (list, tuple)):
-        return "a list"
-    return f"a {type(value).__name__}"
-
-
-def _string_hint(source: str) -> str:
-    if source == "extra":
-        return " (-e key=value passes strings: pass typed values as JSON, e.g. -e '{\"name\": 4}')"
-    if source == "ini":
-        return " (an INI inventory reads values as Python literals: True, False, numbers; or use YAML group_vars)"
-    return ""
-
-
-def _written_hint(value, written) -> str:
-    """Explains a YAML number that was written differently (1.30 read as 1.3)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return ""
-    text = str(written if written is not None else value).strip()
-    if text and text != repr(value) and text != str(value):
-        return f": YAML read the unquoted {text} as the number {value!r}; quote it: \"{text}\""
-    return f": quote it: \"{text or value}\""
-
-
-def type_problem(entry: dict, value, written=None, source: str = "") -> str:
-    """What is wrong with the value's type (empty string: the type is right)."""
-    kind = entry["type"]
-    if kind == "raw":
-        return ""
-    if value is None:
-        return f"{_kind(value)}, not {_TYPE_NAMES[kind]}: give a value or remove the line"
-    if kind in ("str", "path"):
-        if isinstance(value, str):
-            return ""
-        if entry.get("grammar") == "driver_branch" and isinstance(value, int) and not isinstance(value, bool):
-            return ""  # 550 and "550" name the same branch; no digit is lost
-        return f"{_kind(value)}, not a string" + _written_hint(value, written)
-    if kind == "bool":
-        if isinstance(value, bool):
-            return ""
-        if isinstance(value, str) and value.strip().lower() in _TRUE_WORDS + _FALSE_WORDS:
-            word = "true" if value.strip().lower() in _TRUE_WORDS else "false"
-            word = word.capitalize() if source == "ini" else word
-            why = " (YAML reads y and n as strings)" if value.strip().lower() in ("y", "n") else ""
-            return f"{_kind(value)}, not a boolean: write {word} without quotes{why}" + _string_hint(source)
-        return f"{_kind(value)}, not a boolean"
-    if kind == "int":
-        if isinstance(value, int) and not isinstance(value, bool):
-            return ""
-        if isinstance(value, float):
-            return f"{_kind(value)}, not an integer (a decimal point makes it a float)"
-        if isinstance(value, str) and re.fullmatch(r"\s*-?[0-9]+\s*", value):
-            return f"{_kind(value)}, not an integer: write {value.strip()} without quotes" + _string_hint(source)
-        return f"{_kind(value)}, not an integer"
-    if kind == "float":
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return ""
-        if isinstance(value, str):
-            try:
-                float(value)
-            except ValueError:
-                return f"{_kind(value)}, not a number"
-            return f"{_kind(value)}, not a number: write {value.strip()} without quotes" + _string_hint(source)
-        return f"{_kind(value)}, not a number"
-    if kind == "list":
-        if isinstance(value, list):
-            return ""
-        if isinstance(value, str):
-            return (f"{_kind(value)}, not a list (a loop would take it one character at a time): write it as a "
-                    f"list, e.g. [{shown(value)}]")
-        return f"{_kind(value)}, not a list"
-    if kind == "dict":
-        return "" if isinstance(value, dict) else f"{_kind(value)}, not a mapping"
-    return ""
-
-
-def _range(entry: dict) -> str:
-    low, high, above = entry.get("minimum"), entry.get("maximum"), entry.get("exclusive_minimum")
-    noun = "an integer" if entry["type"] == "int" else "a number"
-    if above is not None:
-        return f"{noun} above {above}" + (f" and at most {high}" if high is not None else "")
-    if low is not None and high is not None:
-        return f"{noun} {low}..{high}"
-    if low is not None:
-        return f"{noun} >= {low}"
-    return f"{noun} <= {high}" if high is not None else noun
-
-
-def allowed_text(name: str) -> str:
-    """What a known variable accepts, in words."""
-    entry = VARIABLES[name]
-    if "choices" in entry:
-        return ", ".join(map(str, entry["choices"])) + (f" ({entry['note']})" if entry.get("note") else "")
-    if entry.get("grammar"):
-        text = GRAMMARS[entry["grammar"]][1]
-        return f"a list, each element {text}" if entry["type"] == "list" else text
-    if entry["type"] in ("int", "float"):
-        return _range(entry)
-    if entry["type"] == "bool":
-        return "true or false"
-    if entry["type"] == "list" and entry.get("elements"):
-        return f"a list of {_TYPE_NAMES[entry['elements']]}s"
-    return _TYPE_NAMES.get(entry["type"], entry["type"])
 
 
 # --- Grammars: (check(value) -> what is wrong or "", allowed). The value already has its variable's type. ---------
@@ -278,7 +98,7 @@ def _cidr(value) -> str:
 def _count_or_percent(value, unit: str) -> str:
     """One batch size: a count of ``unit`` (hosts, nodes) >= 1 or a percentage "1%".."100%"."""
     if isinstance(value, bool):
-        return f"{_kind(value)}, not a {unit} count or percentage"
+        return f"{kind_of(value)}, not a {unit} count or percentage"
     if isinstance(value, int):
         return "" if value >= 1 else f"{value} is not a {unit} count >= 1"
     if isinstance(value, str):
@@ -286,8 +106,8 @@ def _count_or_percent(value, unit: str) -> str:
         if match:
             return "" if 1 <= int(match.group(1)) <= 100 else f"{value!r} is not a percentage 1..100"
         if value.strip().isdigit():
-            return f"{_kind(value)}: write {value.strip()} without quotes for a {unit} count"
-    return f"{_kind(value)}, neither a {unit} count nor a percentage"
+            return f"{kind_of(value)}: write {value.strip()} without quotes for a {unit} count"
+    return f"{kind_of(value)}, neither a {unit} count nor a percentage"
 
 
 def _reboot_serial(value) -> str:
@@ -302,7 +122,7 @@ def _reboot_serial(value) -> str:
 def _max_unavailable(value) -> str:
     """A DaemonSet's rollingUpdate.maxUnavailable as kube-accel passes it: one count or percentage, never a list."""
     if isinstance(value, list):
-        return f"{_kind(value)}: one node count or percentage"
+        return f"{kind_of(value)}: one node count or percentage"
     return _count_or_percent(value, "node")
 
 
@@ -334,7 +154,7 @@ def _labels(value) -> str:
     problems = []
     for key, val in value.items():
         if not isinstance(val, str):
-            problems.append(f"value of {shown(key)} is {_kind(val)}: label values are strings (quote it)")
+            problems.append(f"value of {shown(key)} is {kind_of(val)}: label values are strings (quote it)")
             continue
         problems.extend(names.labels({key: val}))
     return "; ".join(problems)
@@ -350,7 +170,7 @@ def _image_digests(value) -> str:
         if not isinstance(key, str) or not IMAGE_KEY_RE.fullmatch(key):
             problems.append(f"key {shown(key)} is not \"repository:tag\" without the registry host")
         if not isinstance(digest, str) or not (digest == "" or DIGEST_RE.fullmatch(digest)):
-            problems.append(f"the digest of {shown(key)} is {_kind(digest)}, not \"sha256:\" and 64 hex digits")
+            problems.append(f"the digest of {shown(key)} is {kind_of(digest)}, not \"sha256:\" and 64 hex digits")
     return "; ".join(problems)
 
 
@@ -374,7 +194,7 @@ def _mig_geometry(value) -> str:
         if not isinstance(profile, str) or not MIG_PROFILE_RE.fullmatch(profile):
             problems.append(f"{shown(profile)} is not a MIG profile name")
         if isinstance(count, bool) or not isinstance(count, int):
-            problems.append(f"the count of {shown(profile)} is {_kind(count)}, not an integer")
+            problems.append(f"the count of {shown(profile)} is {kind_of(count)}, not an integer")
         elif count < 1:
             problems.append(f"the count of {shown(profile)} is {count}, not at least 1")
     return "; ".join(problems)
@@ -407,11 +227,11 @@ def _host_runtime(value) -> str:
         problems.append(f"unknown key {shown(key)}")
     cgroup = value.get("cgroup_version")
     if cgroup is not None and (isinstance(cgroup, bool) or cgroup not in (1, 2)):
-        problems.append(f"cgroup_version is {_kind(cgroup)}, not 1 or 2")
+        problems.append(f"cgroup_version is {kind_of(cgroup)}, not 1 or 2")
     containerd = value.get("containerd_version")
     version = r"[0-9]+\.[0-9]+\.[0-9]+"
     if containerd is not None and not (isinstance(containerd, str) and re.fullmatch(version, containerd)):
-        problems.append(f"containerd_version is {_kind(containerd)}, not a version such as \"1.7.24\"")
+        problems.append(f"containerd_version is {kind_of(containerd)}, not a version such as \"1.7.24\"")
     return "; ".join(problems)
 
 
@@ -474,7 +294,7 @@ def _dra_feature_gates(value) -> str:
             hint = f" (did you mean {match[0]}?)" if match else ""
             problems.append(f"unknown gate {shown(name)}{hint}: the driver's components exit at start on it")
         elif not isinstance(enabled, bool):
-            problems.append(f"{name} is {_kind(enabled)}, not true or false")
+            problems.append(f"{name} is {kind_of(enabled)}, not true or false")
     if problems:
         return "; ".join(problems)
     state = {name: spec[0] for name, spec in DRA_FEATURE_GATES.items()} | dict(value)
@@ -527,37 +347,3 @@ GRAMMARS = {
     "dra_feature_gates": (_dra_feature_gates, f"a mapping of the DRA driver v{DRA_DRIVER_VERSION} feature gates to "
                                               f"true or false: {dra_feature_gates_text()}"),
 }
-
-
-def value_problems(name: str, value, written=None, source: str = "") -> list[tuple[str, str]]:
-    """Every problem of ``value`` for the known variable ``name``: [(what is wrong, what is allowed)]."""
-    entry = VARIABLES[name]
-    big = oversized(value)
-    if big:
-        return [(big, allowed_text(name))]
-    what = type_problem(entry, value, written, source)
-    if what:
-        return [(what, allowed_text(name))]
-    problems = []
-    if "choices" in entry and value not in entry["choices"]:
-        return [(f"not {entry.get('choice_noun', 'one of the choices')}", allowed_text(name))]
-    if entry["type"] in ("int", "float"):
-        low, high, above = entry.get("minimum"), entry.get("maximum"), entry.get("exclusive_minimum")
-        if ((low is not None and value < low) or (high is not None and value > high)
-                or (above is not None and value <= above)):
-            problems.append(("out of range", _range(entry)))
-    grammar = entry.get("grammar")
-    if entry["type"] == "list":
-        element = entry.get("elements")
-        for item in value:
-            if element and not isinstance(item, str):
-                problems.append((f"element {shown(item)} is {_kind(item)}, not a string", allowed_text(name)))
-            elif grammar:
-                what = GRAMMARS[grammar][0](item)
-                if what:
-                    problems.append((f"element {shown(item)}: {what}", GRAMMARS[grammar][1]))
-    elif grammar:
-        what = GRAMMARS[grammar][0](value)
-        if what:
-            problems.append((what, GRAMMARS[grammar][1]))
-    return problems

@@ -16,10 +16,10 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_constants import GPU_OPERATOR_VERSION, LABELS
-from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_mig import mig_parted_config_for_hosts
-from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_pools import operator_mig, setting_on
-from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_yaml import yaml
+from ansible_collections.kube_accel.gpu.plugins.module_utils.common.constants import GPU_OPERATOR_VERSION, LABELS
+from ansible_collections.kube_accel.gpu.plugins.module_utils.common.pyyaml import yaml
+from ansible_collections.kube_accel.gpu.plugins.module_utils.plan.mig import mig_parted_config_for_hosts
+from ansible_collections.kube_accel.gpu.plugins.module_utils.plan.pools import operator_mig, setting_on
 
 OPERATOR_CHART_VERSION = GPU_OPERATOR_VERSION
 MIG_PARTED_CONFIGMAP = "kube-accel-mig-parted-config"
@@ -107,7 +107,7 @@ def _mirror(repository: str, registry: str) -> str:
 
 
 def operator_mig_pools(pools: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Pools whose MIG layout the operator's mig-manager owns (accel_pools.operator_mig)."""
+    """Pools whose MIG layout the operator's mig-manager owns (plan.pools.operator_mig)."""
     return [pool for pool in pools if operator_mig(pool["settings"])]
 
 
@@ -115,7 +115,7 @@ def mig_parted_document(pools: list[dict[str, Any]]) -> dict[str, Any]:
     """mig-parted ``version: v1`` config with one entry per operator-owned MIG geometry.
 
     Config names are the ``nvidia.com/mig.config`` label values the cluster play puts on the pool's nodes
-    (accel_mig.mig_config_name); device filters come from the pools' ``device_ids`` (from the GPU facts) or cover
+    (plan.mig.mig_config_name); device filters come from the pools' ``device_ids`` (from the GPU facts) or cover
     every model the geometry fits; ``all-disabled`` is always present. Raises ValueError for an illegal geometry.
     """
     hosts = {
@@ -128,7 +128,7 @@ def mig_parted_document(pools: list[dict[str, Any]]) -> dict[str, Any]:
 def gpu_operator_values(pools: list[dict[str, Any]], cluster: dict[str, Any] | None = None) -> dict[str, Any]:
     """Values for nvidia/gpu-operator v26.7.0.
 
-    ``pools``: accel_pools.collect_pools entries ({pool, settings, hosts}, optionally device_ids from the facts).
+    ``pools``: plan.pools.collect_pools entries ({pool, settings, hosts}, optionally device_ids from the facts).
     ``cluster``: cluster settings, all optional:
       image_registry (""), image_pull_secrets ([]), service_monitor (False), service_monitor_interval ("15s"),
       service_monitor_labels ({}: ServiceMonitor labels a Prometheus selects on), dcgm_exporter (True),

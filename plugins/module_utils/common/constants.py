@@ -42,20 +42,20 @@ DRA_FEATURE_GATE_REQUIRES = (("ComputeDomainCliques", "IMEXDaemonsWithDNSNames")
                              ("DeviceMetadata", "PassthroughSupport"))
 DRA_FEATURE_GATE_EXCLUDES = (("DynamicMIG", "PassthroughSupport"), ("DynamicMIG", "NVMLDeviceHealthCheck"),
                              ("DynamicMIG", "MPSSupport"), ("PassthroughSupport", "NVMLDeviceHealthCheck"))
-# The NVIDIA GPU Operator release kube-accel's operator values are written for (accel_operator_values).
+# The NVIDIA GPU Operator release kube-accel's operator values are written for (helm.operator_values).
 GPU_OPERATOR_VERSION = "v26.7.0"
 # The oldest Kubernetes kube-accel supports: every chart's kubeVersion floor (charts/*/Chart.yaml; kept equal by
 # tests/charts/test_chart_constants.py), checked by the preflight before any host changes.
 MIN_KUBERNETES = (1, 25)
 
 # Kubernetes object names kube-accel derives from a pool name (``{pool}``): the preflight refuses a pool name that
-# would make any of them invalid (accel_values "pool_name"), so none is truncated or refused by the API server.
+# would make any of them invalid (plan.values "pool_name"), so none is truncated or refused by the API server.
 POOL_DERIVED_NAMES = {
     "verify Job": "kube-accel-verify-{pool}",
 }
 
 # The ConfigMap (in accel_namespace) where the cluster play records the Helm releases kube-accel owns, so that a later
-# run (or version) removes those no pool or setting needs any more (accel_ownership).
+# run (or version) removes those no pool or setting needs any more (helm.ownership).
 OWNERSHIP_CONFIGMAP = "kube-accel-owned"
 
 # Product labels, by short name.
@@ -68,7 +68,7 @@ LABELS = {
     "dra": f"{LABEL_PREFIX}/dra",
 }
 
-# Node annotations kube-accel writes during rolling maintenance (accel_maintenance): who cordoned the node and why
+# Node annotations kube-accel writes during rolling maintenance (cluster.maintenance): who cordoned the node and why
 # (present only while kube-accel's own cordon holds), and what the last maintenance checked before uncordoning.
 ANNOTATIONS = {
     "cordoned_by": f"{LABEL_PREFIX}/cordoned-by",
@@ -113,7 +113,7 @@ NFD_OS_LABELS = {
 MIG_PAUSED_VALUE = "paused-for-mig-change"
 # The MIG geometry a kube-accel plan put on a host (either owner), written by roles/mig (mig_record_file): a later plan
 # without MIG turns MIG off only where this says kube-accel turned it on, and the preflight accepts GPUs with MIG on
-# in a pool without a MIG plan only then (accel_plan rule_mig_left_on); elsewhere MIG was someone else's choice.
+# in a pool without a MIG plan only then (plan.rules rule_mig_left_on); elsewhere MIG was someone else's choice.
 MIG_RECORD_FILE = "/etc/kube-accel/mig-geometry"
 # RuntimeClass of the NVIDIA container runtime (handler "nvidia", roles/container_toolkit), created by the cluster play.
 RUNTIME_CLASS = "nvidia"

@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import json
 
-from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_chart_values import (
+from ansible_collections.kube_accel.gpu.plugins.module_utils.helm.pool_charts import (
     RELEASE_PREFIX,
     dra_driver_release,
     release_key,
 )
-from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_inventory import VARIABLES
+from ansible_collections.kube_accel.gpu.plugins.module_utils.plan.inventory import VARIABLES
 
 # Every key release_key gives a pool (one release per mode, per vGPU backend), from the inventory model's choices, so
 # a new mode or backend is owned without a second list to keep in step.

@@ -9,9 +9,9 @@ import difflib
 from dataclasses import dataclass, field
 from typing import Any
 
-from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_helm_errors import HelmError
-from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_helm_values import normalize, values_yaml
-from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_yaml import SAFE_LOADER, yaml
+from ansible_collections.kube_accel.gpu.plugins.module_utils.common.pyyaml import SAFE_LOADER, yaml
+from ansible_collections.kube_accel.gpu.plugins.module_utils.helm.errors import HelmError
+from ansible_collections.kube_accel.gpu.plugins.module_utils.helm.values import normalize, values_yaml
 
 # Kinds without a namespace, so the objects list does not invent one for them.
 CLUSTER_SCOPED_KINDS = frozenset(

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
-from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_helm_errors import HelmError
+from ansible_collections.kube_accel.gpu.plugins.module_utils.helm.errors import HelmError
 
 # Release states helm writes while an operation is in flight; an upgrade on top of them is refused by helm.
 PENDING_STATES = ("pending-install", "pending-upgrade", "pending-rollback")

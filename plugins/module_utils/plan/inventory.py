@@ -9,12 +9,12 @@ unit tests, and the README's variable table can be rendered from ``VARIABLES``.
 Each entry: ``scope`` (``cluster``: group_vars/all, read by the cluster play on ``kube_control_plane[0]`` and the
 same on every host; ``pool``: a pool group under ``gpu_pools``, the same on every host of the pool unless
 ``per_host``; ``lab``: lab and test hosts only), ``type`` (``str``, ``int``, ``float``, ``bool``, ``list``, ``dict``,
-``path`` or ``raw``, enforced on the value as written: ``accel_values``), optional ``choices`` / ``elements`` /
+``path`` or ``raw``, enforced on the value as written: ``plan.values``), optional ``choices`` / ``elements`` /
 ``minimum`` / ``maximum`` / ``exclusive_minimum``, ``grammar`` (the exact grammar of the file, command line, URL or
-Kubernetes name the value reaches: ``accel_values.GRAMMARS``), ``applies`` (the pool settings under which the
+Kubernetes name the value reaches: ``plan.values.GRAMMARS``), ``applies`` (the pool settings under which the
 variable is used: set anywhere else it is refused as ignored), ``description`` and ``default``.
 
-A variable's default and limits are defined here only: the pool model (``accel_pools.pool_settings``) and the
+A variable's default and limits are defined here only: the pool model (``plan.pools.pool_settings``) and the
 preflight read them from here, the README and the argument specs are rendered from here, and the roles'
 ``| default(...)`` fallbacks are checked against them (tests/unit/test_inventory_defaults.py). A variable without a
 default is required where it applies (the preflight says when) or optional with no value.
@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import difflib
 
-from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_constants import (
+from ansible_collections.kube_accel.gpu.plugins.module_utils.common.constants import (
     DRA_DRIVER_VERSION,
     GPU_OPERATOR_VERSION,
     MODES,
@@ -34,7 +34,7 @@ from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_constants imp
 
 # MPS clients per GPU. The device plugin refuses fewer than 2 replicas; NVIDIA's nvidia-cuda-mps-control(1): "For
 # compute capability SM 3.5 through SM 6.0 the limit is 16 clients per GPU at a time. Compute capability SM 7.0 has a
-# limit of 48." Pre-Volta GPUs are refused for MPS altogether (accel_plan), so 48 is the limit kube-accel serves.
+# limit of 48." Pre-Volta GPUs are refused for MPS altogether (plan.rules), so 48 is the limit kube-accel serves.
 MPS_MIN_REPLICAS = 2
 MPS_MAX_REPLICAS = 48
 # Time-slicing replicas per GPU. The plugin needs at least 2 (k8s-device-plugin v0.20.0 api/config/v1/replicas.go:251)
@@ -195,8 +195,9 @@ VARIABLES: dict[str, dict] = {
     "accel_vgpu_core_scaling": _var("pool", "float", "HAMi: core oversubscription factor.", default=1.0,
                                     exclusive_minimum=0, maximum=HAMI_MAX_SCALING, applies=HAMI),
     "accel_vgpu_hami_unverified_driver": _var("pool", "bool", "HAMi: run on a driver branch newer than the newest "
-                                              "HAMi-core's limits were verified on (README \"What a HAMi pool "
-                                              "promises\"); its limits may not hold.", default=False, applies=HAMI),
+                                              "HAMi-core's limits were verified on (docs/modes/vgpu.md \"What a HAMi "
+                                              "pool promises\"); its limits may not hold.",
+                                              default=False, applies=HAMI),
     "accel_vgpu_scheduler_policy": _var("pool", "str", "HAMi GPU scheduling policy.",
                                         choices=["binpack", "spread"], default="binpack", applies=HAMI),
     "accel_mps_replicas": _var("pool", "int", f"MPS: clients per GPU ({MPS_MIN_REPLICAS}..{MPS_MAX_REPLICAS}, Volta or "

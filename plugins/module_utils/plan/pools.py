@@ -4,8 +4,8 @@
 (its node labels, the extended resources its nodes advertise, the release that serves it).
 
 Settings keep their inventory names (``accel_mps_replicas`` stays ``accel_mps_replicas``) and their defaults come
-from the inventory model (``accel_inventory.VARIABLES``), so nothing here repeats a default. Used by the cluster play
-(labels), the verify play (expected allocatable), each chart's values (``accel_chart_values``) and the lab.
+from the inventory model (``inventory.VARIABLES``), so nothing here repeats a default. Used by the cluster play
+(labels), the verify play (expected allocatable), each chart's values (``helm.pool_charts``) and the lab.
 """
 
 from __future__ import annotations
@@ -13,8 +13,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_inventory, accel_mig
-from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_constants import (
+from ansible_collections.kube_accel.gpu.plugins.module_utils.common.constants import (
     DRA_CONFIG_API_VERSION,
     LABELS,
     NFD_OS_LABELS,
@@ -23,6 +22,8 @@ from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_constants imp
     VCUDA_CORES_PER_GPU,
     VCUDA_MEMORY_UNIT_MIB,
 )
+from ansible_collections.kube_accel.gpu.plugins.module_utils.plan import inventory
+from ansible_collections.kube_accel.gpu.plugins.module_utils.plan import mig as mig_model
 
 # A Kubernetes label value: at most 63 characters, alphanumerics with - _ . inside.
 LABEL_VALUE_RE = re.compile(r"^(?=.{1,63}$)[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
@@ -30,7 +31,7 @@ LABEL_VALUE_RE = re.compile(r"^(?=.{1,63}$)[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9
 
 def pool_settings(hostvars: dict[str, Any]) -> dict[str, Any]:
     """The ``accel_*`` variables of one host, under their own names, with every pool default the host does not set."""
-    return {**accel_inventory.defaults("pool"), **{k: v for k, v in hostvars.items() if k.startswith("accel_")}}
+    return {**inventory.defaults("pool"), **{k: v for k, v in hostvars.items() if k.startswith("accel_")}}
 
 
 def mig_enabled(settings: dict[str, Any]) -> bool:
@@ -91,12 +92,12 @@ def dra_opaque_config(settings: dict[str, Any]) -> dict[str, Any] | None:
         return None
     mig = mig_enabled(settings)
     config: dict[str, Any] = {"apiVersion": DRA_CONFIG_API_VERSION, "kind": "MigDeviceConfig" if mig else "GpuConfig"}
-    sharing = settings.get("accel_dra_sharing", accel_inventory.default_of("accel_dra_sharing"))
+    sharing = settings.get("accel_dra_sharing", inventory.default_of("accel_dra_sharing"))
     if sharing == "timeslice":
         config["sharing"] = {"strategy": DRA_STRATEGIES[sharing]}
         if not mig:
             interval = settings.get("accel_dra_timeslice_interval",
-                                    accel_inventory.default_of("accel_dra_timeslice_interval"))
+                                    inventory.default_of("accel_dra_timeslice_interval"))
             config["sharing"]["timeSlicingConfig"] = {"interval": interval}
     elif sharing == "mps":
         mps: dict[str, Any] = {}
@@ -117,8 +118,8 @@ def dra_feature_gates_needed(settings: dict[str, Any]) -> set[str]:
 
 
 def mig_config_name(settings: dict[str, Any]) -> str:
-    """mig-parted config name for a pool's geometry (``accel_mig.mig_config_name``)."""
-    return accel_mig.mig_config_name(settings.get("accel_mig_geometry") or {})
+    """mig-parted config name for a pool's geometry (``mig_model.mig_config_name``)."""
+    return mig_model.mig_config_name(settings.get("accel_mig_geometry") or {})
 
 
 def node_labels(settings: dict[str, Any]) -> dict[str, str]:
@@ -162,7 +163,7 @@ def node_labels(settings: dict[str, Any]) -> dict[str, str]:
         labels[UPSTREAM_LABELS["deploy_mig_manager"]] = "true"
     else:
         # Keeps the operator's MIG manager (and its mig.config=all-disabled) off pools whose MIG layout is not its
-        # own: it would take an A100, A30 or H100 node without this label for MIG capable (accel_constants).
+        # own: it would take an A100, A30 or H100 node without this label for MIG capable (common.constants).
         labels[UPSTREAM_LABELS["mig_capable"]] = "false"
     return labels
 
@@ -175,7 +176,7 @@ def operator_mig(settings: dict[str, Any]) -> bool:
 
 
 def os_labels(os_release: dict[str, str] | None) -> dict[str, str]:
-    """NFD's OS labels for a host's os-release (accel_constants.NFD_OS_LABELS); values that are not valid label
+    """NFD's OS labels for a host's os-release (common.constants.NFD_OS_LABELS); values that are not valid label
     values are left out rather than refused by the API server."""
     out = {}
     for key, label in NFD_OS_LABELS.items():

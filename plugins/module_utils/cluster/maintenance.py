@@ -18,7 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
 from typing import Any
 
-from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_constants import ANNOTATIONS, UPSTREAM_LABELS
+from ansible_collections.kube_accel.gpu.plugins.module_utils.common.constants import ANNOTATIONS, UPSTREAM_LABELS
 
 CORDONED_BY = ANNOTATIONS["cordoned_by"]
 LAST_MAINTENANCE = ANNOTATIONS["last_maintenance"]

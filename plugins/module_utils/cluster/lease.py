@@ -15,7 +15,7 @@ fresh while the run lives:
   ``leaseDurationSeconds`` after its last ``renewTime`` and the next run takes it over.
 
 A helm operation that a killed ansible-playbook left running is not covered by the lock once it is released;
-accel_helm never touches a pending release younger than its timeout, whoever holds the lock.
+helm.client never touches a pending release younger than its timeout, whoever holds the lock.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@
 The preflight's ``accel_plan`` action reads the inventory as Ansible does (every group's and host's own variables,
 extra vars, and each GPU host's effective values, templated one variable at a time so that one broken value is that
 host's problem and nobody else's) and hands it here as plain data. ``check(inventory)`` returns, per GPU host, the
-problems found and the settings that passed (strictly typed, ready for the plan rules in ``accel_plan``), plus the
+problems found and the settings that passed (strictly typed, ready for the plan rules in ``plan.rules``), plus the
 problems of the cluster's settings and of the inventory's structure, which belong to no single GPU host.
 
 Input (``inventory``), every value a ``{"value", "error", "origin", "written", "source"}`` record (``value``: the value,
@@ -27,99 +27,42 @@ Every problem reads ``<who>: <field> = <value> (<origin>): <what>; allowed: <all
 from __future__ import annotations
 
 import difflib
-import posixpath
 from collections import defaultdict
 
-from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_k8s_names as names
-from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_chart_values import (
+from ansible_collections.kube_accel.gpu.plugins.module_utils.common.constants import MODES, VGPU_BACKENDS
+from ansible_collections.kube_accel.gpu.plugins.module_utils.plan import k8s_names as names
+from ansible_collections.kube_accel.gpu.plugins.module_utils.plan.cluster_settings import (
     cluster_problems,
     cluster_settings,
 )
-from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_constants import MODES, VGPU_BACKENDS
-from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_inventory import (
+from ansible_collections.kube_accel.gpu.plugins.module_utils.plan.inventory import (
     RUNTIME_FACTS,
     VARIABLES,
-    default_of,
     defaults,
     did_you_mean,
 )
-from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_values import shown, value_problems
+from ansible_collections.kube_accel.gpu.plugins.module_utils.plan.inventory_records import (
+    applies,
+    applies_text,
+    descendant_groups,
+    group_depths,
+    host_list,
+    hosts_of,
+    is_ansible_name,
+    minor_version,
+    near_miss,
+    origin_of,
+    problem,
+    same_record,
+)
+from ansible_collections.kube_accel.gpu.plugins.module_utils.plan.value_text import shown
+from ansible_collections.kube_accel.gpu.plugins.module_utils.plan.values import value_problems
 
 POOLS_GROUP = "gpu_pools"
 CLUSTER_GROUP = "kube_control_plane"
-MODEL_ALLOWED = "the variables of kube-accel's inventory model (README, docs/plan-checks.md)"
-# Variables of Ansible itself that an inventory may set without being kube-accel's.
-_ANSIBLE_NAMES = ("ansible_", "inventory_", "group_names", "groups", "hostvars", "omit", "playbook_dir", "role_")
+MODEL_ALLOWED = "the variables of kube-accel's inventory model (docs/inventory.md, docs/plan-checks.md)"
 # Lab variables that change what the preflight reads on the host: only where accel_lab says it is a lab host.
 LAB_ONLY = ("accel_lab_host_runtime",)
-# How many hosts a message names before it counts the rest.
-_NAMED = 3
-
-
-def _origin(record: dict | None) -> str:
-    return (record or {}).get("origin") or ""
-
-
-def problem(who: str, name: str, record: dict | None, what: str, allowed: str) -> str:
-    """``<who>: <name> = <value> (<origin>): <what>; allowed: <allowed>``."""
-    shown_value = "(not set)" if record is None else shown(record.get("value"))
-    where = f" ({_origin(record)})" if _origin(record) else ""
-    return f"{who}: {name} = {shown_value}{where}: {what}; allowed: {allowed}"
-
-
-def _names(hosts) -> str:
-    hosts = sorted(hosts)
-    head = ", ".join(hosts[:_NAMED])
-    return head + (f" and {len(hosts) - _NAMED} more" if len(hosts) > _NAMED else "")
-
-
-def _descendant_groups(groups: dict, name: str) -> set:
-    seen, stack = set(), [name]
-    while stack:
-        group = stack.pop()
-        if group in seen or group not in groups:
-            continue
-        seen.add(group)
-        stack.extend(groups[group].get("children") or [])
-    return seen
-
-
-def _hosts_of(groups: dict, name: str) -> set:
-    return {h for g in _descendant_groups(groups, name) for h in groups[g].get("hosts") or []}
-
-
-def _near_miss(name: str, role_options) -> str | None:
-    """The kube-accel variable or role option a name without the accel_ prefix was probably meant to be."""
-    hint = did_you_mean(name.lower())
-    if hint:
-        return hint
-    match = difflib.get_close_matches(name.lower(), list(role_options or ()), n=1, cutoff=0.88)
-    return match[0] if match else None
-
-
-def _is_ansible_name(name: str) -> bool:
-    return name.startswith(_ANSIBLE_NAMES) or name in _ANSIBLE_NAMES
-
-
-def _applies(entry: dict, settings: dict) -> bool:
-    for other, wanted in (entry.get("applies") or {}).items():
-        value = settings.get(other, default_of(other))
-        if wanted == "nonzero":
-            if not value:
-                return False
-        elif value not in wanted:
-            return False
-    return True
-
-
-def _applies_text(entry: dict) -> str:
-    parts = []
-    for other, wanted in (entry.get("applies") or {}).items():
-        if wanted == "nonzero":
-            parts.append(f"{other} above 0")
-        else:
-            parts.append(f"{other} " + " or ".join(str(w).lower() if isinstance(w, bool) else str(w) for w in wanted))
-    return " and ".join(parts)
 
 
 class _Checker:
@@ -133,17 +76,17 @@ class _Checker:
         self.orphans = inventory.get("orphans") or []
         self.role_options = set(inventory.get("role_options") or ())
         self.pool_groups = list((self.groups.get(POOLS_GROUP) or {}).get("children") or [])
-        self.under_pools = _descendant_groups(self.groups, POOLS_GROUP)
+        self.under_pools = descendant_groups(self.groups, POOLS_GROUP)
         self.out = {"hosts": {h: {"problems": [], "settings": {}, "invalid": [], "origins": {}}
                               for h in self.gpu_hosts},
                     "cluster": [], "inventory": []}
         # pool group -> its GPU hosts; host -> the pool groups holding it
-        self.pool_hosts = {g: _hosts_of(self.groups, g) for g in self.pool_groups}
+        self.pool_hosts = {g: hosts_of(self.groups, g) for g in self.pool_groups}
         self.host_groups = defaultdict(set)
         for group in self.groups:
-            for host in _hosts_of(self.groups, group):
+            for host in hosts_of(self.groups, group):
                 self.host_groups[host].add(group)
-        self.depth = _depths(self.groups)
+        self.depth = group_depths(self.groups)
         self.memberships = defaultdict(list)
         for group, members in self.pool_hosts.items():
             for host in members:
@@ -169,7 +112,7 @@ class _Checker:
             else:
                 self.out["inventory"].append(build(f"host {name}"))
             return
-        members = sorted(_hosts_of(self.groups, name) & set(self.out["hosts"]))
+        members = sorted(hosts_of(self.groups, name) & set(self.out["hosts"]))
         pools = {tuple(sorted(self.memberships.get(h) or [])) for h in members}
         if members and len(pools) == 1 and name not in (POOLS_GROUP, "all"):
             for host in members:
@@ -195,9 +138,9 @@ class _Checker:
         return f"unknown variable (did you mean {hint}?)" if hint else "unknown variable"
 
     def unknown(self, kind: str, name: str, var: str, record: dict) -> None:
-        if not _origin(record):  # a YAML boolean or null carries no origin tag: name its source's file
+        if not origin_of(record):  # a YAML boolean or null carries no origin tag: name its source's file
             own = (self.groups if kind == "group" else self.hosts)[name].get("vars") or {}
-            files = {_origin(r).rsplit(":", 1)[0] for r in own.values() if _origin(r) and ":" in _origin(r)}
+            files = {origin_of(r).rsplit(":", 1)[0] for r in own.values() if origin_of(r) and ":" in origin_of(r)}
             record = {**record, "origin": files.pop() if len(files) == 1 else ""}
         if var.lower().startswith("accel_"):
             if var in VARIABLES or var in RUNTIME_FACTS:
@@ -205,9 +148,9 @@ class _Checker:
             self.source_problem(kind, name, lambda who: problem(who, var, record, self.unknown_text(var),
                                                                 MODEL_ALLOWED))
             return
-        if _is_ansible_name(var) or var in self.role_options:
+        if is_ansible_name(var) or var in self.role_options:
             return
-        hint = _near_miss(var, self.role_options)
+        hint = near_miss(var, self.role_options)
         if hint:
             self.source_problem(kind, name, lambda who: problem(
                 who, var, record, f"unknown variable (did you mean {hint}?)",
@@ -220,13 +163,13 @@ class _Checker:
         for name in sorted(self.groups):
             if name in ("all", POOLS_GROUP) or name in self.under_pools:
                 continue
-            members = _hosts_of(self.groups, name)
+            members = hosts_of(self.groups, name)
             if members & gpu:
                 continue  # a group across pools (a rack, a site): the pool agreement check covers it
             for var, record in sorted((self.groups[name].get("vars") or {}).items()):
                 entry = VARIABLES.get(var)
                 if entry and entry["scope"] in ("pool", "lab"):
-                    where = (f"its hosts ({_names(members)}) are not under {POOLS_GROUP}, so nothing sets up "
+                    where = (f"its hosts ({host_list(members)}) are not under {POOLS_GROUP}, so nothing sets up "
                              "their GPUs" if members else "it holds no host")
                     self.out["inventory"].append(problem(
                         f"group {name}", var, record, f"a {entry['scope']} setting that reaches no GPU host: {where}",
@@ -302,7 +245,7 @@ class _Checker:
                 self.out["cluster"].extend(texts)
             else:
                 good[var] = reference[var]["value"]
-        # Pools the cluster settings cannot serve (accel_chart_values.cluster_problems: a HAMi pool without the API
+        # Pools the cluster settings cannot serve (plan.cluster_settings: a HAMi pool without the API
         # servers' CIDRs would have its webhook port shut to them).
         pools = {}
         for host in self.gpu_hosts:
@@ -314,20 +257,20 @@ class _Checker:
                                                           "settings": {**defaults("pool"), **settings}})
         version = good.get("accel_kubernetes_version")
         control_plane = set((self.groups.get(CLUSTER_GROUP) or {}).get("hosts") or []) | {
-            h for g in _descendant_groups(self.groups, CLUSTER_GROUP) for h in self.groups[g].get("hosts") or []}
+            h for g in descendant_groups(self.groups, CLUSTER_GROUP) for h in self.groups[g].get("hosts") or []}
         # Known only where the inventory names the control plane: its hosts are the nodes kube-accel knows of.
         non_pool_nodes = bool(control_plane - set(self.gpu_hosts)) if control_plane else None
         for sentence in cluster_problems(list(pools.values()), cluster_settings(good),
-                                         _minor(version) if isinstance(version, str) else None, non_pool_nodes):
+                                         minor_version(version) if isinstance(version, str) else None, non_pool_nodes):
             self.out["cluster"].append(f"{who}: {sentence}")
         # Cluster settings for a component the cluster does not install (its values would be silently ignored).
         for var in sorted(good):
             entry = VARIABLES[var]
-            if entry.get("applies") and not _applies(entry, good) and good[var] not in (
+            if entry.get("applies") and not applies(entry, good) and good[var] not in (
                     entry.get("default"), None, "", [], {}):
                 self.out["cluster"].append(problem(
                     who, var, reference[var], f"set while the component it configures is off (it applies with "
-                    f"{_applies_text(entry)})", "remove it, or turn the component on"))
+                    f"{applies_text(entry)})", "remove it, or turn the component on"))
         for var, entry in VARIABLES.items():
             if entry["scope"] != "cluster":
                 continue
@@ -335,11 +278,12 @@ class _Checker:
             differing = {}
             for host in self.gpu_hosts:
                 record = (self.effective.get(host) or {}).get(var)
-                if not _same(record, ref, path=entry["type"] == "path"):
+                if not same_record(record, ref, path=entry["type"] == "path"):
                     differing[host] = record
             if not differing:
                 continue
-            seen_as = f"{shown(ref['value']) if ref else '(not set)'}" + (f" ({_origin(ref)})" if _origin(ref) else "")
+            seen_as = f"{shown(ref['value']) if ref else '(not set)'}" + (
+                f" ({origin_of(ref)})" if origin_of(ref) else "")
             allowed = "cluster settings once, in group_vars/all (or extra vars), the same for every host"
             if len(differing) == len(self.gpu_hosts) > 1 and len({repr(r and r.get("value")) for r in
                                                                   differing.values()}) == 1:
@@ -347,7 +291,7 @@ class _Checker:
                 record = next(iter(differing.values()))
                 self.out["cluster"].append(problem(
                     who, var, ref, f"every GPU host reads {shown(record['value']) if record else '(not set)'}"
-                    + (f" ({_origin(record)})" if _origin(record) else "")
+                    + (f" ({origin_of(record)})" if origin_of(record) else "")
                     + ": a cluster setting set where only the cluster host sees it", allowed))
                 continue
             for host, record in differing.items():
@@ -379,8 +323,8 @@ class _Checker:
             for group in sorted(groups, key=lambda g: (self.depth.get(g, 0), g), reverse=True)[:1]:
                 sources.append(("group", group, self.groups[group]["vars"]))
         for kind, name, own in sources:
-            files = sorted({_origin(r).rsplit(":", 1)[0] for r in own.values() if _origin(r)
-                            and not _origin(r).startswith("extra")})
+            files = sorted({origin_of(r).rsplit(":", 1)[0] for r in own.values() if origin_of(r)
+                            and not origin_of(r).startswith("extra")})
             return files[0] if len(files) == 1 else f"{kind} {name}"
         return ""
 
@@ -388,7 +332,7 @@ class _Checker:
         entry_out = self.out["hosts"][host]
         mine = self.effective.get(host) or {}
         for var, record in mine.items():
-            if record is not None and not _origin(record) and var in VARIABLES:
+            if record is not None and not origin_of(record) and var in VARIABLES:
                 record["origin"] = self.where_set(host, var)
         lab = (mine.get("accel_lab") or {}).get("value") is True
         settings = {}
@@ -397,7 +341,7 @@ class _Checker:
             if not entry or entry["scope"] == "cluster":
                 continue
             record = mine[var]
-            entry_out["origins"][var] = _origin(record)
+            entry_out["origins"][var] = origin_of(record)
             texts = self.record_problems(host, var, record)
             if var in LAB_ONLY and not lab:
                 texts.append(problem(host, var, record, "a lab stand-in on a host that is not a lab host (it replaces "
@@ -409,7 +353,7 @@ class _Checker:
                 settings[var] = record["value"]
         for var, record in mine.items():
             if VARIABLES.get(var, {}).get("scope") == "cluster":
-                entry_out["origins"][var] = _origin(record)
+                entry_out["origins"][var] = origin_of(record)
         if "accel_pool" not in mine:
             self.host_problem(host, problem(host, "accel_pool", None, "required on every GPU host (it names the "
                                             "host's pool: labels, releases and verify Jobs)",
@@ -418,13 +362,13 @@ class _Checker:
         # or gpu_pools, are not this pool's choice and are left alone).
         for var in sorted(settings):
             entry = VARIABLES[var]
-            if not entry.get("applies") or _applies(entry, settings):
+            if not entry.get("applies") or applies(entry, settings):
                 continue
             if settings[var] == entry.get("default") or not self.set_for_pool(host, var):
                 continue
             self.host_problem(host, problem(
                 host, var, mine[var], f"set for this pool, whose settings make it ignored (it applies with "
-                f"{_applies_text(entry)})", "remove it, or set it for pools it applies to"), var)
+                f"{applies_text(entry)})", "remove it, or set it for pools it applies to"), var)
             del settings[var]
         entry_out["settings"] = {**cluster_values, **settings}
 
@@ -437,7 +381,7 @@ class _Checker:
 
     def pools_agree(self) -> None:
         """Every host of one pool (one accel_pool) agrees on every pool setting: one pool is one label value, one
-        chart config and one set of Jobs, built from one host's settings (accel_pools.collect_pools)."""
+        chart config and one set of Jobs, built from one host's settings (plan.pools.collect_pools)."""
         by_pool = defaultdict(list)
         for host in self.gpu_hosts:
             record = (self.effective.get(host) or {}).get("accel_pool")
@@ -458,8 +402,8 @@ class _Checker:
                     continue
                 described = "; ".join(
                     f"{shown(hosts[0][1]['value']) if hosts[0][1] else '(not set)'} on "
-                    f"{_names(host for host, _record in hosts)}"
-                    + (f" ({_origin(hosts[0][1])})" if _origin(hosts[0][1]) else "")
+                    f"{host_list(host for host, _record in hosts)}"
+                    + (f" ({origin_of(hosts[0][1])})" if origin_of(hosts[0][1]) else "")
                     for hosts in sorted(values.values(), key=lambda found: -len(found)))
                 groups = sorted({g for h in members for g in self.memberships.get(h) or []})
                 for host in members:
@@ -480,40 +424,6 @@ class _Checker:
             self.gpu_host(host, cluster_values)
         self.pools_agree()
         return self.out
-
-
-def _minor(version: str) -> tuple[int, int] | None:
-    parts = version.lstrip("v").split(".")
-    return (int(parts[0]), int(parts[1])) if len(parts) >= 2 and parts[0].isdigit() and parts[1].isdigit() else None
-
-
-def _depths(groups: dict) -> dict:
-    """Each group's depth below ``all`` (the longest path), as Ansible orders group variables."""
-    depth = {"all": 0}
-    frontier = ["all"]
-    for _round in range(len(groups) + 1):
-        nxt = []
-        for group in frontier:
-            for child in groups.get(group, {}).get("children") or []:
-                if depth.get(child, -1) < depth[group] + 1:
-                    depth[child] = depth[group] + 1
-                    nxt.append(child)
-        if not nxt:
-            break
-        frontier = nxt
-    return depth
-
-
-def _same(record: dict | None, reference: dict | None, path: bool = False) -> bool:
-    if record is None or reference is None:
-        return record is None and reference is None
-    if record.get("error") or reference.get("error"):
-        return record.get("error") == reference.get("error") and _origin(record) == _origin(reference)
-    mine, theirs = record.get("value"), reference.get("value")
-    if path and isinstance(mine, str) and isinstance(theirs, str):
-        # "{{ inventory_dir }}/../x" from two inventory sources spells one file two ways.
-        return posixpath.normpath(mine) == posixpath.normpath(theirs)
-    return repr(mine) == repr(theirs)
 
 
 def check(inventory: dict) -> dict:

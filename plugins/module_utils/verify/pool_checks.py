@@ -6,11 +6,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from ansible_collections.kube_accel.gpu.plugins.module_utils import accel_chart_values, accel_pools
-from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_constants import (
+from ansible_collections.kube_accel.gpu.plugins.module_utils.common.constants import (
     DRA_DRIVER_NAME,
     GPU_OPERATOR_VERSION,
 )
+from ansible_collections.kube_accel.gpu.plugins.module_utils.helm import pool_charts
+from ansible_collections.kube_accel.gpu.plugins.module_utils.plan import pools as pool_model
 
 FAKE_NODE_ANNOTATION = "kwok.x-k8s.io/node"
 # On a fake node (lab): where its GPU capacity came from. The lab's device-plugin stand-ins write the capacity the
@@ -29,8 +30,8 @@ OPERATOR_MIG_MANAGER = "nvidia-mig-manager"
 def operator_operands(settings: dict[str, Any]) -> dict[str, bool]:
     """Which of the GPU Operator's operands kube-accel means it to run on a pool's nodes: the MIG manager where it
     owns the MIG layout, the DCGM exporter on every pool but VM passthrough (whose GPUs have no driver)."""
-    return {OPERATOR_MIG_MANAGER: accel_pools.operator_mig(settings),
-            OPERATOR_DCGM_EXPORTER: not accel_pools.setting_on(settings, "accel_vfio_passthrough")}
+    return {OPERATOR_MIG_MANAGER: pool_model.operator_mig(settings),
+            OPERATOR_DCGM_EXPORTER: not pool_model.setting_on(settings, "accel_vfio_passthrough")}
 
 
 def expected_pools(pools: list[dict[str, Any]], releases: list[dict[str, Any]],
@@ -38,8 +39,8 @@ def expected_pools(pools: list[dict[str, Any]], releases: list[dict[str, Any]],
     """The verify module's pool list: per pool, its release, the labels and resources it promises, the Job request
     and, with ``gpu_operator``, the operator's operands meant to run there.
 
-    ``pools``: accel_pools.collect_pools entries with gpu_count/gpu_memory_mib; ``releases``: their
-    accel_chart_values.pool_releases.
+    ``pools``: plan.pools.collect_pools entries with gpu_count/gpu_memory_mib; ``releases``: their
+    helm.pool_charts.pool_releases.
     """
     by_pool = {pool: r["name"] for r in releases for pool in r["pools"]}
     hami = {pool: (r["values"].get("hami") or {}).get("schedulerName", "hami-scheduler")
@@ -53,21 +54,21 @@ def expected_pools(pools: list[dict[str, Any]], releases: list[dict[str, Any]],
         settings = pool["settings"]
         # A dra pool's nodes advertise no extended resource (no nvidia.com/gpu: the DRA driver publishes its GPUs in
         # ResourceSlices), so nothing is expected in allocatable there; its evidence is allocated claims.
-        expected = accel_pools.advertised_resources(settings, pool.get("gpu_count", 0), pool.get("gpu_memory_mib", 0))
+        expected = pool_model.advertised_resources(settings, pool.get("gpu_count", 0), pool.get("gpu_memory_mib", 0))
         if not expected and settings["accel_mode"] != "dra":
             # No GPU facts for this pool: the resource must still be there, in any positive quantity.
-            expected = dict.fromkeys(accel_pools.advertised_resources(settings, 1, 16384), 0)
+            expected = dict.fromkeys(pool_model.advertised_resources(settings, 1, 16384), 0)
         out.append({
             "pool": pool["pool"],
             "mode": settings["accel_mode"],
             "release": by_pool[pool["pool"]],
             "nodes": pool["hosts"],
-            "labels": accel_pools.node_labels(settings),
+            "labels": pool_model.node_labels(settings),
             "resources": expected,
-            "request": accel_pools.request_for(settings),
+            "request": pool_model.request_for(settings),
             **({"scheduler_name": hami[pool["pool"]]} if pool["pool"] in hami else {}),
             **({"runtime_class": runtime_class[pool["pool"]]} if pool["pool"] in runtime_class else {}),
-            # HAMi's webhook takes every nvidia.com/gpu pod (README "HAMi and whole-GPU pools in one cluster").
+            # HAMi's webhook takes every nvidia.com/gpu pod (docs/modes/vgpu.md, "HAMi and whole-GPU pools").
             **({"pod_labels": {"hami.io/webhook": "ignore"}} if hami and pool["pool"] not in hami else {}),
             **({"operands": operator_operands(settings)} if gpu_operator else {}),
             **({"dra": dra_expected(pool)} if settings["accel_mode"] == "dra" else {}),
@@ -75,7 +76,7 @@ def expected_pools(pools: list[dict[str, Any]], releases: list[dict[str, Any]],
         if settings["accel_mode"] == "dra":
             # The DaemonSet pods a dra node must run are NVIDIA's DRA kubelet plugin's (kube-accel's own dra release
             # holds only DeviceClasses and claim templates).
-            out[-1]["release"] = accel_chart_values.dra_driver_release()
+            out[-1]["release"] = pool_charts.dra_driver_release()
     return out
 
 
@@ -89,7 +90,7 @@ DRA_SLICES_STANDIN = "dra-kubelet-plugin-standin (the driver's enumeration and p
 def dra_expected(pool: dict[str, Any]) -> dict[str, Any]:
     """What a dra pool's verify checks: the DRA driver's ResourceSlices on its nodes and a claim from its
     ResourceClaimTemplate allocated on one of its GPUs (charts/dra-pools)."""
-    name = accel_chart_values.dra_device_class(pool["pool"])
+    name = pool_charts.dra_device_class(pool["pool"])
     return {"device_class": name, "claim_template": name, "driver": DRA_DRIVER_NAME,
             "gpu_uuids": sorted(pool.get("gpu_uuids") or [])}
 

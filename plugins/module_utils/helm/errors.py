@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # annotations only: the diff module imports this one
-    from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_helm_diff import Deployed
+    from ansible_collections.kube_accel.gpu.plugins.module_utils.helm.diff import Deployed
 
 
 # stderr fragments that mean "the API server could not be reached or refused us", not a chart problem.

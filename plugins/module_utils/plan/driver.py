@@ -1,7 +1,7 @@
 # Copyright: kube-accel contributors
 # Apache License 2.0
-"""Driver package decisions, as pure functions the roles reach through filters (plugins/filter/accel_driver.py) and
-the plan rules import.
+"""Driver package decisions, as pure functions the roles reach through filters
+(plugins/filter/accel_driver_filters.py) and the plan rules import.
 
 - ``parse_apt_policy(text)`` / ``apt_moves(text, packages, pin)``: which packages apt must install, at which version,
   so that a changed pin (``nvidia_driver_version`` or the branch) really moves installed packages. ``state: present``

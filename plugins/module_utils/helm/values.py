@@ -10,8 +10,8 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_helm_errors import HelmError
-from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_yaml import yaml
+from ansible_collections.kube_accel.gpu.plugins.module_utils.common.pyyaml import yaml
+from ansible_collections.kube_accel.gpu.plugins.module_utils.helm.errors import HelmError
 
 
 def deep_merge(base: dict, override: dict) -> dict:

@@ -9,8 +9,8 @@ import os
 import tarfile
 from dataclasses import dataclass
 
-from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_helm_errors import HelmError
-from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_yaml import yaml
+from ansible_collections.kube_accel.gpu.plugins.module_utils.common.pyyaml import yaml
+from ansible_collections.kube_accel.gpu.plugins.module_utils.helm.errors import HelmError
 
 
 @dataclass

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from typing import Any
 
-from ansible_collections.kube_accel.gpu.plugins.module_utils.accel_constants import MIG_PAUSED_VALUE
+from ansible_collections.kube_accel.gpu.plugins.module_utils.common.constants import MIG_PAUSED_VALUE
 
 # Node patches in flight at once: enough to hide the round trip at 1,000 nodes, few enough not to crowd the API
 # server's priority-and-fairness queue for one client.

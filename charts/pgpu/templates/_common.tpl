@@ -112,7 +112,7 @@ imagePullSecrets:
 {{/*
 Required node affinity on the product's pool label: a release serves exactly the pools listed in
 `pools` (or the list passed as .pools). The label key comes from values (default kube-accel.io/pool,
-the same constant as plugins/module_utils/accel_constants.py). Extra match expressions (.extra) are ANDed.
+the same constant as plugins/module_utils/common/constants.py). Extra match expressions (.extra) are ANDed.
 */}}
 {{- define "ka.poolAffinity" -}}
 nodeAffinity:

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The hostile tenant on a real containerd, through the CRI as the kubelet calls it (issue 31, What to build 1 and 6).
+"""The hostile tenant on a real containerd, through the CRI as the kubelet calls it.
 
 Runs on the Molecule host as root, where the role has written containerd's NVIDIA drop-in and the NVIDIA runtime's
 config.toml, and where kube-accel-cdi.service's command has written a CDI spec for nvidia.com/gpu (a stand-in

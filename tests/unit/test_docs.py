@@ -1,0 +1,112 @@
+"""The documentation's links hold: every relative link names a file that exists and every #anchor a heading of that
+file (GitHub's slugs); every page under docs/ is reachable from docs/index.md; the README stays a short guide."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+README_MAX_LINES = 300
+
+FENCE = re.compile(r"^\s*(```|~~~)")
+INLINE_CODE = re.compile(r"(`+).*?\1")
+# [text](target) and ![alt](target); the target ends at whitespace (an optional "title" follows) or the parenthesis.
+LINK = re.compile(r"!?\[(?:[^\[\]]|\[[^\]]*\])*\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)")
+HEADING = re.compile(r"^(#{1,6})\s+(.*?)\s*#*\s*$")
+HTML_ANCHOR = re.compile(r"<a\s+(?:name|id)=\"([^\"]+)\"")
+
+
+def pages() -> list[Path]:
+    found = [REPO / "README.md", REPO / "CHANGELOG.md", REPO / "BENCHMARKS.md"]
+    found += sorted((REPO / "docs").rglob("*.md"))
+    found += sorted(REPO.glob("roles/*/README.md")) + sorted(REPO.glob("charts/*/README.md"))
+    return [p for p in found if p.is_file()]
+
+
+def prose_lines(text: str):
+    """(line number, line) outside fenced code blocks, with inline code removed."""
+    fenced = False
+    for number, line in enumerate(text.splitlines(), 1):
+        if FENCE.match(line):
+            fenced = not fenced
+            continue
+        if not fenced:
+            yield number, INLINE_CODE.sub("", line)
+
+
+def slug(heading: str) -> str:
+    """GitHub's anchor for a heading: links and emphasis reduced to their text, backticks dropped, lowercase, every
+    character but letters, digits, underscores, hyphens and spaces removed, spaces turned into hyphens."""
+    text = re.sub(r"!?\[([^\]]*)\]\([^)]*\)", r"\1", heading)
+    text = text.replace("`", "").replace("*", "").lower()
+    text = re.sub(r"[^\w\- ]", "", text)
+    return text.replace(" ", "-")
+
+
+def anchors(path: Path) -> set[str]:
+    text = path.read_text()
+    seen: dict[str, int] = {}
+    result = set(HTML_ANCHOR.findall(text))
+    fenced = False
+    for line in text.splitlines():
+        if FENCE.match(line):
+            fenced = not fenced
+            continue
+        match = None if fenced else HEADING.match(line)
+        if match:
+            base = slug(match.group(2))
+            count = seen.get(base, 0)
+            seen[base] = count + 1
+            result.add(base if count == 0 else f"{base}-{count}")
+    return result
+
+
+def links(path: Path):
+    """(line number, target) of every relative link of a page."""
+    for number, line in prose_lines(path.read_text()):
+        for target in LINK.findall(line):
+            if re.match(r"^[a-z][a-z0-9+.-]*:", target, re.I):  # https:, mailto:, ...
+                continue
+            yield number, target
+
+
+def broken(path: Path, root: Path = REPO) -> list[str]:
+    problems = []
+    for number, target in links(path):
+        file_part, _, anchor = target.partition("#")
+        dest = (path.parent / file_part).resolve() if file_part else path
+        where = f"{path.relative_to(root)}:{number}: {target}"
+        if not dest.exists():
+            problems.append(f"{where}: no such file")
+        elif anchor and dest.suffix == ".md" and anchor not in anchors(dest):
+            problems.append(f"{where}: no heading with that anchor in {dest.relative_to(root)}")
+    return problems
+
+
+@pytest.mark.parametrize("path", pages(), ids=lambda p: str(p.relative_to(REPO)))
+def test_every_relative_link_and_anchor_resolves(path):
+    assert broken(path) == []
+
+
+def test_every_docs_page_is_linked_from_the_index():
+    index = REPO / "docs" / "index.md"
+    linked = {(index.parent / t.partition("#")[0]).resolve() for _, t in links(index) if t.partition("#")[0]}
+    orphans = [str(p.relative_to(REPO)) for p in sorted((REPO / "docs").rglob("*.md"))
+               if p != index and p.resolve() not in linked]
+    assert orphans == [], "link these from docs/index.md"
+
+
+def test_readme_is_a_short_guide_pointing_at_the_index():
+    readme = REPO / "README.md"
+    assert len(readme.read_text().splitlines()) <= README_MAX_LINES
+    assert "docs/index.md" in [t.partition("#")[0] for _, t in links(readme)]
+
+
+def test_the_checker_finds_a_broken_link_and_a_broken_anchor(tmp_path):
+    (tmp_path / "a.md").write_text("# Title `code`: here\n\n[ok](#title-code-here) [bad](b.md) [x](a.md#nowhere)\n"
+                                   "```\n[in code](missing.md)\n```\n")
+    assert broken(tmp_path / "a.md", tmp_path) == ["a.md:3: b.md: no such file",
+                                         "a.md:3: a.md#nowhere: no heading with that anchor in a.md"]

@@ -393,8 +393,8 @@ ds_ready() { # ds_ready daemonset/NAME: it has pods scheduled and every one is R
   [ "${n[0]:-0}" -gt 0 ] && [ "${n[0]}" = "${n[1]:-}" ]
 }
 ds_rolled_out() { # ds_rolled_out daemonset/NAME: its pods are the current template's and Ready, by its strategy
-  # Without a GPU the MPS pool's agents stop at NVML and restart in a loop, Ready for moments only (CI of stop 45
-  # missed them for 120 s): every scheduled pod current and its containers started instead (check.py ds_started).
+  # Without a GPU the MPS pool's agents stop at NVML and restart in a loop, Ready for moments only (a wait for Ready
+  # can miss them for 120 s): every scheduled pod current and its containers started instead (check.py ds_started).
   if [ "$NO_GPU" = 1 ]; then
     if wait_for 120 ds_started "$1"; then
       echo "daemon set \"${1#*/}\" successfully rolled out (no GPU: every scheduled pod current, its containers started)"
@@ -475,7 +475,7 @@ run_pool() {
   kubectl -n kube-accel get pods -o wide >"$dir/agents.txt"
   kubectl -n kube-accel get pods -o json >"$dir/agents.json"
   # The agents print the config they loaded soon after they start; a rolled-out pod on a loaded machine may not have
-  # yet (CI of 2026-11-28: an MPS pool's logs were still empty). Wait a while for it; check.py judges what was kept.
+  # yet (an MPS pool's logs can still be empty). Wait a while for it; check.py judges what was kept.
   wait_for 60 agent_logs "$dir" || true
   # Workloads: every share the pool promises at once, holding the GPU while the others run; then one more.
   local n=1 i alloc=(--alloc-mib 1024)

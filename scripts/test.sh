@@ -23,7 +23,7 @@ scripts/stage.sh images scripts/toolchain.sh molecule || exit 1
 mol_log=$(mktemp -t ka-molecule.XXXXXX)
 # Scenarios are independent podman hosts with unique names: two at a time, longest first; worksteal lets the idle
 # worker take scenarios queued behind the long DKMS build. An unchanged scenario reuses its last green run on this
-# machine (README, "Test suite budget"); KA_MOLECULE_REUSE=0 runs them all.
+# machine (docs/development.md, "Test suite budget and lanes"); KA_MOLECULE_REUSE=0 runs them all.
 # At background CPU priority (scripts/background.sh): the Molecule lane has slack, while the Go builds and then the
 # lab tests decide the total.
 scripts/stage.sh molecule scripts/background.sh "$py" -m pytest tests/molecule -n 2 --dist worksteal --durations=0 \
@@ -54,7 +54,7 @@ if scripts/stage.sh lab-tools scripts/toolchain.sh lab; then
     orc=0
     # Lint and sanity need none of the builds below (helm, which helm lint runs, comes with the lab's tools): they run
     # beside them, and the pytest processes start once the builds are done. One after the other, the last ~1,100 s of
-    # a cold run were this lane alone on the machine, one process at a time (BENCHMARKS.md "Cold at 302174c").
+    # a cold run were this lane alone on the machine, one process at a time (BENCHMARKS.md "Cold and warm CI").
     checks_log=$(mktemp -t ka-checks.XXXXXX)
     { crc=0; scripts/stage.sh lint "${make[@]}" lint || crc=1
       scripts/stage.sh sanity "${make[@]}" sanity || crc=1; exit "$crc"; } >"$checks_log" 2>&1 &

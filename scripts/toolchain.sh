@@ -130,7 +130,7 @@ GOMOD
 
 # Run lanes side by side, each line prefixed with its lane's name; fails when any lane failed, after all ended.
 # Usage: lanes NAME 'COMMANDS' [NAME 'COMMANDS' ...]. The Go builds alone keep 2 cores only ~40 % busy (module
-# downloads, single-threaded links; BENCHMARKS.md "Toolchain"), so independent builds overlap instead of queueing.
+# downloads, single-threaded links; BENCHMARKS.md "Toolchain (Go builds)"), so independent builds overlap.
 lanes() {
   local pids=() names=() i rc=0
   while [ $# -gt 0 ]; do

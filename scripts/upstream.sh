@@ -43,7 +43,7 @@ ARCHIVES=(
   "dcgm-exporter-4.5.3-4.8.2|https://github.com/NVIDIA/dcgm-exporter|4.5.3-4.8.2||691c92762eb551313c825f6efe4ceeee20982801"
   # HAMi-core (libvgpu): read, not built, by tests/conformance/test_hami.py (what it enforces in the container).
   "hami-core-8f3a89c|https://github.com/Project-HAMi/HAMi-core|8f3a89c67b037d8fdfe6c4cd4d8c4f0cd6504811||8f3a89c67b037d8fdfe6c4cd4d8c4f0cd6504811"
-  # NVIDIA's DRA driver (issue 33): its chart, and the harnesses tests/conformance/go/dra-* compiled into its kubelet
+  # NVIDIA's DRA driver: its chart, and the harnesses tests/conformance/go/dra-* compiled into its kubelet
   # plugin's package with its own vendor/ (the archive carries it: some modules are not on the proxy).
   "dra-driver-nvidia-gpu-v0.4.1|https://github.com/kubernetes-sigs/dra-driver-nvidia-gpu|v0.4.1||764900e7833798a1528bd52a2af3e1b2d5f7a616"
 )
@@ -60,7 +60,7 @@ PROMETHEUS_VERSION=$(awk '$1 == "require" && $2 == "github.com/prometheus/promet
 PROXY_BINS=(
   "github.com/containerd/containerd/v2/cmd/containerd@$CONTAINERD2_VERSION=containerd-${CONTAINERD2_VERSION#v}"
   "github.com/NVIDIA/nvidia-container-toolkit/cmd/nvidia-ctk@$NVIDIA_CTK_VERSION=nvidia-ctk-${NVIDIA_CTK_VERSION#v}"
-  # The container_toolkit Molecule scenario's CRI attack (issue 31): containerd 2.x's shim and ctr of the same release,
+  # The container_toolkit Molecule scenario's CRI attack: containerd 2.x's shim and ctr of the same release,
   # NVIDIA's runtime, and crictl (the kubelet's side of the CRI).
   "github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2@$CONTAINERD2_VERSION=containerd-shim-runc-v2-${CONTAINERD2_VERSION#v}"
   "github.com/containerd/containerd/v2/cmd/ctr@$CONTAINERD2_VERSION=ctr-${CONTAINERD2_VERSION#v}"
@@ -69,7 +69,7 @@ PROXY_BINS=(
   # promtool and the lab's monitoring chain (scripts/kalab/monitoring.py): Prometheus without the cloud service
   # discoveries (its README's remove_all_sd tag; static and file SD stay), prometheus-adapter serving
   # custom.metrics.k8s.io. One tag for both: the second build reuses the first one's packages, and neither downloads
-  # nor compiles the cloud SDKs (AWS, Azure, GCE, ...), which `test rules` never calls (BENCHMARKS.md "Cold").
+  # nor compiles the cloud SDKs (AWS, Azure, GCE, ...), which `test rules` never calls.
   "github.com/prometheus/prometheus/cmd/promtool@$PROMETHEUS_VERSION=promtool-${PROMETHEUS_VERSION#v}=remove_all_sd"
   "github.com/prometheus/prometheus/cmd/prometheus@$PROMETHEUS_VERSION=prometheus-${PROMETHEUS_VERSION#v}=remove_all_sd"
   "sigs.k8s.io/prometheus-adapter/cmd/adapter@$PROMETHEUS_ADAPTER_VERSION=prometheus-adapter-${PROMETHEUS_ADAPTER_VERSION#v}"

@@ -53,15 +53,15 @@ if scripts/stage.sh lab-tools scripts/toolchain.sh lab; then
   { scripts/background.sh --pid "$BASHPID"
     orc=0
     # Lint and sanity need none of the builds below (helm, which helm lint runs, comes with the lab's tools): they run
-    # beside them, and the pytest processes start once the builds are done. One after the other, the last ~1,100 s of
-    # a cold run were this lane alone on the machine, one process at a time (BENCHMARKS.md "Cold and warm CI").
+    # beside them, and the pytest processes start once the builds are done. Run one after the other, they would leave
+    # this lane alone on the machine at the end of a cold run, one process at a time (CHANGELOG.md, 0.2.0).
     checks_log=$(mktemp -t ka-checks.XXXXXX)
     { crc=0; scripts/stage.sh lint "${make[@]}" lint || crc=1
       scripts/stage.sh sanity "${make[@]}" sanity || crc=1; exit "$crc"; } >"$checks_log" 2>&1 &
     checks_pid=$!
     scripts/stage.sh toolchain scripts/toolchain.sh all || orc=1
-    # Two pytest processes: the podman-host tests (marker podman, ~470 s warm) beside the rest (unit, chart and
-    # conformance tests, the real node, the plan corpus; ~650 s).
+    # Two pytest processes: the podman-host tests (marker podman) beside the rest (unit, chart and conformance tests,
+    # the real node, the plan corpus); their times are in BENCHMARKS.md "Cold and warm CI".
     podman_log=$(mktemp -t ka-pytest-podman.XXXXXX)
     pytest_lane pytest-podman -m "podman and not lab and not bench" --durations=10 >"$podman_log" 2>&1 &
     podman_pid=$!
@@ -75,8 +75,8 @@ if scripts/stage.sh lab-tools scripts/toolchain.sh lab; then
   # The lab tests that need only the lab's cluster, not its podman hosts or what an earlier lab test left
   # (marker cluster_only), run on a second lab of their own (tests/lab_fixture.py: KA_LAB_DIR, KA_LAB_NAME; no
   # hosts), at the lab lane's priority: the two labs' tests wait on their API servers and pods at different
-  # times, so the one lab lane of before, the critical path, is split in two that overlap (BENCHMARKS.md). The
-  # cluster bench (marker bench, a lab of its own) runs in this lane too: it ended first, the background lane last.
+  # times, so the lab tests, the critical path, run in two lanes that overlap (BENCHMARKS.md "Cold and warm CI").
+  # The cluster bench (marker bench, a lab of its own) runs in this lane too: it ends first, the background lane last.
   second_log=$(mktemp -t ka-pytest-lab2.XXXXXX)
   KA_LAB_DIR=$PWD/.lab/second KA_LAB_NAME=kube-accel-lab-second \
     pytest_lane pytest-lab2 -m "(lab and cluster_only) or bench" --durations=20 >"$second_log" 2>&1 &

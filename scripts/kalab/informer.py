@@ -1,11 +1,10 @@
 """A watch-backed cache of one kind of Kubernetes object, for the lab's stand-ins (kalab.standins).
 
-Each stand-in used to list every pod of the lab once a second (and a ConfigMap per node, and the webhook
-configurations): three stand-ins at 2 % of a core each for the whole of a CI run, and those lists served by the API
-server (BENCHMARKS.md "Where CI's CPU goes"). An Informer lists once, then follows a watch from that list's
-resourceVersion, as client-go's reflector does: a relist after the watch ends (its timeout), or on an ERROR event (410
-Gone: the version is compacted), or when the connection breaks. Objects are kept as the API server's JSON (dicts),
-keyed by namespace/name.
+The stand-ins read the lab's pods, a ConfigMap per node and the webhook configurations from such caches rather than
+listing them once a second (BENCHMARKS.md "Lab stand-ins watch instead of listing"). An Informer lists once, then
+follows a watch from that list's resourceVersion, as client-go's reflector does: a relist after the watch ends (its
+timeout), or on an ERROR event (410 Gone: the version is compacted), or when the connection breaks. Objects are kept
+as the API server's JSON (dicts), keyed by namespace/name.
 """
 
 from __future__ import annotations

@@ -35,8 +35,9 @@ def write(tmp_path, values: dict):
 
 @pytest.mark.parametrize("backend", ["hami", "gpu-manager"])
 def test_no_port_is_open_to_every_pod_by_default(helm, tmp_path, backend):
-    """The attack: any pod of the cluster scrapes, or profiles, a privileged node agent. Before, an empty
-    metricsFrom rendered the metrics rules without peers: open to every pod (gpu-manager's /debug/pprof/ too)."""
+    """The attack: any pod of the cluster scrapes, or profiles, a privileged node agent. With an empty metricsFrom no
+    pod-network source may scrape; a rule without peers would open the port to every pod (gpu-manager's
+    /debug/pprof/ too)."""
     objs = render("vgpu", [write(tmp_path, {"backend": backend, "pools": ["p"]})], helm=helm,
                   release=f"kube-accel-vgpu-{backend}")
     policies = ingress(objs)

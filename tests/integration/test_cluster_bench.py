@@ -1,10 +1,9 @@
 """The cluster bench (tests/bench/bench_cluster.py) at a small size, so that it cannot silently break.
 
-It had not run since the GPU Operator joined the lab inventory: a first install on a fresh cluster failed before the
-operator's CRDs existed, and once that was fixed the script no longer found the lab's code outside pytest. Here it
-runs as `make bench` runs it, on a lab of its own (.lab/bench, kwokctl cluster kube-accel-bench: real kube-apiserver,
-controller-manager and scheduler, kwok nodes, the shared lab left alone) from an empty cluster: the cluster play's
-first run and its no-op re-run on 10 fake GPU nodes, then pods scheduled onto the pools.
+The script runs as `make bench` runs it, a process of its own outside pytest, on a lab of its own (.lab/bench,
+kwokctl cluster kube-accel-bench: real kube-apiserver, controller-manager and scheduler, kwok nodes, the shared lab
+left alone) from an empty cluster, with the lab inventory's GPU Operator: the cluster play's first run and its no-op
+re-run on 10 fake GPU nodes, then pods scheduled onto the pools.
 
 Evidence: the bench's own rows (the play's recap, helm's revisions, the API server's audit log of the labelling
 module's requests, the scheduler binding every pod).

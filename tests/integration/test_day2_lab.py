@@ -1,9 +1,9 @@
 """Day 2 in the lab: a pool that changes mode leaves no release of its old mode behind.
 
-Before, switching the lab's pool "mps" to time-slicing left `kube-accel-mps` at its old revision with its device
-plugin and MPS control daemon on the node, beside the time-slicing release's plugin, and verify failed
-("allocatable has no nvidia.com/gpu.shared"). Now the cluster play's last role (release_cleanup) uninstalls what
-kube-accel owns and no pool needs, records what it owns, and verify fails naming any leftover.
+The lab's pool "mps" switches to time-slicing. The cluster play's last role (release_cleanup) uninstalls what
+kube-accel owns and no pool needs, records what it owns, and verify fails naming any leftover. A `kube-accel-mps` left
+at its old revision would keep its device plugin and MPS control daemon on the node beside the time-slicing release's
+plugin, and verify would fail ("allocatable has no nvidia.com/gpu.shared").
 
 Evidence: the lab's real kube-apiserver and helm (the releases, their DaemonSets, the ownership record), the
 device-plugin stand-in's capacity for the node (the upstream config-manager following the new label).

@@ -152,7 +152,7 @@ def delete_pods(lab, *names: str) -> None:
 
 def test_webhook_sets_the_scheduler_on_gpu_pods_only(lab, hami):
     """HAMi's webhook (through the lab's copy of the chart's MutatingWebhookConfiguration) gives GPU pods HAMi's
-    scheduler; CPU pods keep the default one. (A pod can no longer opt out by label, and an administrator's
+    scheduler; CPU pods keep the default one. (A pod cannot opt out by label, and an administrator's
     namespace exemption works: tests/integration/test_tenant_attacks_lab.py.)"""
     gpu, cpu = create(
         lab,

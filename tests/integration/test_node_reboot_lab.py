@@ -142,9 +142,10 @@ FINALIZER = "kube-accel.test/see-the-deletion"
 
 
 def test_drain_gives_each_pod_its_own_grace_period(lab, core, tmp_path):
-    """The careless default this replaces: the drain deleted every pod with a 300 s grace period, whatever the pod
-    asked for. On a real H200 node (gpu-e2e, 2026-11-27) a CUDA tenant that ignores SIGTERM (PID 1) and asked for 5 s
-    held the pool switch for 5 minutes. Here a finalizer keeps the evicted pod visible, so the grace period the API
+    """The drain keeps each pod's own grace period. A drain that gives every pod 300 s, whatever the pod asked for,
+    lets a CUDA tenant that ignores SIGTERM (PID 1) hold a pool switch for 5 minutes: the record
+    tests/data/gpu-e2e/h200-2026-11-27-day2-drain-hold.tar.xz (docs/gpu-validation.md). Here a finalizer keeps the
+    evicted pod visible, so the grace period the API
     server recorded for its deletion can be read (kwok's node would otherwise remove it at once); a thread removes the
     finalizer so the drain can finish."""
     import threading
@@ -188,8 +189,8 @@ def running_pods(core, selector: str) -> list:
 
 
 def test_drain_leaves_daemonset_pods_with_emptydir_data(lab, core, tmp_path):
-    """kubernetes.core.k8s_drain, which node_reboot used, deletes a DaemonSet's pod when it has an emptyDir volume
-    (kubernetes.core#622): on a real H200 node (2026-11-27) every drain also killed kube-accel's own device plugin.
+    """kubernetes.core.k8s_drain deletes a DaemonSet's pod when it has an emptyDir volume (kubernetes.core#622): in the
+    record tests/data/gpu-e2e/h200-2026-11-27-day2-drain-hold.tar.xz its drain deleted kube-accel's own device plugin.
     accel_node_drain decides as kubectl drain does: the Deployment's pod is evicted, the DaemonSet's stays."""
     from kubernetes import client, config
 

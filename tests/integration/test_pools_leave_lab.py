@@ -8,9 +8,8 @@ The sequence, with a pod pinned to a node of each leaving pool and one to a node
 3. ``site.yml`` on the whole lab inventory again: the decommissioned host is set up from nothing, the HAMi hosts are
    relabelled, both releases return.
 
-Before, HAMi's MutatingWebhookConfiguration outlived its pool and kept sending every nvidia.com/gpu pod of the other
-pools to a scheduler that no longer served them; a cluster play that returned two nodes to service at once failed on
-the second (node_reboot registered a variable under its own option's name).
+HAMi's MutatingWebhookConfiguration goes with its pool: left behind, it would send every nvidia.com/gpu pod of the
+other pools to a scheduler that does not serve them. The cluster play of step 3 returns two nodes to service at once.
 
 Evidence: the lab's real kube-apiserver, kube-scheduler (verify's Jobs of the remaining pools) and helm, the pods'
 UIDs, the lab's podman host lab-timeslice-0. The lab serves HAMi's webhook from a process of its own through a copy of

@@ -203,9 +203,9 @@ def test_what_hami_itself_writes_and_ordinary_pods_pass(lab, hami):
 
 
 def test_ignore_label_and_the_administrators_exemption(lab, hami):
-    """The pod label no longer opts out where HAMi's webhook serves; a namespace the administrator labels
-    hami.io/webhook=ignore is skipped by the webhook (its pods keep the default scheduler, e.g. for whole-GPU
-    pools) and may carry the label."""
+    """The pod label (upstream's opt-out) does not opt out where HAMi's webhook serves; a namespace the
+    administrator labels hami.io/webhook=ignore is skipped by the webhook (its pods keep the default scheduler, e.g.
+    for whole-GPU pools) and may carry the label."""
     refused(admit(lab, with_meta(gpu_pod("ignored"), labels={"hami.io/webhook": "ignore"})), "hami.io/webhook=ignore")
     ok, got = admit(lab, with_meta(gpu_pod("exempt", ns=EXEMPT_NS), labels={"hami.io/webhook": "ignore"}))
     assert ok, got

@@ -257,11 +257,71 @@ def _utils_module(parts: list[str], utils_root: Path) -> list[Path]:
     return found
 
 
+# Functions that import the module a string names: importlib.import_module(name, package) and __import__(name,
+# globals, locals, fromlist, level), called by that name or as an attribute (importlib.import_module).
+IMPORT_CALLS = ("import_module", "__import__")
+
+
+def is_import_call(node: ast.AST) -> bool:
+    """Whether node is a call of import_module or __import__."""
+    if not isinstance(node, ast.Call):
+        return False
+    func = node.func
+    return (func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else "") \
+        in IMPORT_CALLS
+
+
+def import_call_target(node: ast.Call) -> tuple[str, int, list[str]] | None:
+    """What an import_module / __import__ call imports, as an ``ImportFrom`` has it: (module, level, names); None when
+    the name, or the package, fromlist or level the call passes, is not a constant. ``import_module(".client",
+    package="<...>.helm")`` is the absolute ``<...>.helm.client``; ``__import__`` with a level is relative to the file
+    (its globals)."""
+    func = node.func
+    name = func.id if isinstance(func, ast.Name) else getattr(func, "attr", "")
+    params = ("name", "package") if name == "import_module" else ("name", "globals", "locals", "fromlist", "level")
+    if len(node.args) > len(params) or any(k.arg is None for k in node.keywords):
+        return None
+    args = dict(zip(params, node.args, strict=False))  # the parameters passed by position, the rest by keyword
+    args.update((k.arg, k.value) for k in node.keywords if k.arg in params)
+
+    def constant(key, kinds, default):
+        value = args.get(key)
+        if value is None or (isinstance(value, ast.Constant) and value.value is None):
+            return default
+        if isinstance(value, ast.Constant) and isinstance(value.value, kinds):
+            return value.value
+        if isinstance(value, (ast.Tuple, ast.List)) and all(isinstance(e, ast.Constant) and isinstance(e.value, str)
+                                                             for e in value.elts):
+            return [e.value for e in value.elts] if kinds is list else None
+        return None
+
+    module = constant("name", str, None)
+    if module is None:
+        return None
+    if name == "import_module":
+        level = len(module) - len(module.lstrip("."))
+        if not level:
+            return module, 0, []
+        package = constant("package", str, None)
+        if not package:
+            return None
+        base = package.split(".")
+        if level - 1 >= len(base):
+            return None
+        base = base[:len(base) - (level - 1)]
+        return ".".join([*base, *([module[level:]] if module[level:] else [])]), 0, []
+    fromlist, level = constant("fromlist", list, []), constant("level", int, 0)
+    if fromlist is None or level is None:
+        return None
+    return module, level, list(fromlist)
+
+
 def module_utils_imports(path: Path, utils_root: Path) -> set[Path]:
     """The files below ``utils_root`` (plugins/module_utils) a Python file imports directly: absolute imports through
     any ``...module_utils.`` prefix (``ansible_collections.<ns>.<name>.plugins.module_utils.plan.pools``, the legacy
-    ``ansible.module_utils.x``), ``from ...module_utils.plan import pools`` (a module or a name of the package), and
-    relative imports (``from ..plan import pools`` inside module_utils, ``from ..module_utils.x import y``)."""
+    ``ansible.module_utils.x``), ``from ...module_utils.plan import pools`` (a module or a name of the package),
+    relative imports (``from ..plan import pools`` inside module_utils, ``from ..module_utils.x import y``), and
+    ``importlib.import_module`` / ``__import__`` calls whose arguments are constants (``import_call_target``)."""
     try:
         tree = ast.parse(path.read_text(encoding="utf-8"))
     except (OSError, SyntaxError, UnicodeDecodeError, ValueError):
@@ -272,31 +332,34 @@ def module_utils_imports(path: Path, utils_root: Path) -> set[Path]:
         parts = dotted.split(".") if dotted else []
         return parts[parts.index("module_utils") + 1:] if "module_utils" in parts else None
 
+    def from_import(module: str, level: int, names: list[str]) -> None:
+        if level:
+            base = path.parent
+            for _ in range(level - 1):
+                base = base.parent
+            target = base.joinpath(*module.split(".")) if module else base
+            if target != utils_root and utils_root not in target.parents:
+                return
+            parts = list(target.relative_to(utils_root).parts)
+        else:
+            parts = below_utils(module)
+            if parts is None:
+                return
+        found.update(_utils_module(parts, utils_root))
+        # from <package> import <name>: the name is a module of the package, or something the package defines.
+        for name in names:
+            found.update(_utils_module([*parts, name], utils_root)[len(parts):])
+
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             for alias in node.names:
                 parts = below_utils(alias.name)
                 if parts:
                     found.update(_utils_module(parts, utils_root))
-            continue
-        if not isinstance(node, ast.ImportFrom):
-            continue
-        if node.level:
-            base = path.parent
-            for _ in range(node.level - 1):
-                base = base.parent
-            target = base.joinpath(*(node.module or "").split(".")) if node.module else base
-            if target != utils_root and utils_root not in target.parents:
-                continue
-            parts = list(target.relative_to(utils_root).parts)
-        else:
-            parts = below_utils(node.module or "")
-            if parts is None:
-                continue
-        found.update(_utils_module(parts, utils_root))
-        # from <package> import <name>: the name is a module of the package, or something the package defines.
-        for alias in node.names:
-            found.update(_utils_module([*parts, alias.name], utils_root)[len(parts):])
+        elif isinstance(node, ast.ImportFrom):
+            from_import(node.module or "", node.level, [alias.name for alias in node.names])
+        elif is_import_call(node) and (target := import_call_target(node)):
+            from_import(*target)
     return found
 
 

@@ -1,4 +1,5 @@
-"""Unit tests for accel_helm: argv per helm major, the change decision, schema messages, diffs, errors.
+"""Unit tests for module_utils/helm/client.py and helm/release.py, with the helm modules they use (chart, diff,
+errors, recovery, values): argv per helm major, the change decision, schema messages, diffs, errors.
 
 helm itself is replaced by a scripted runner only for the decision logic; what real helm does with these argvs
 is covered by tests/integration/test_accel_release_lab.py against the lab cluster.

@@ -190,7 +190,8 @@ def test_renewer_script_compiles():
 @pytest.mark.parametrize("owner", ["none", "alive"])
 def test_renewer_stops_once_the_api_is_gone_for_a_lease_duration(tmp_path, owner):
     # The real renewer script against a kubeconfig whose API server does not listen (port 9 on loopback): every
-    # read fails. Without an owner to watch it used to loop until max_hold (4 h here); with a live owner, forever.
+    # read fails. Without this stop, a renewer with no owner to watch would loop until max_hold (4 h here), and one
+    # with a live owner for ever.
     kubeconfig = tmp_path / "kubeconfig"
     kubeconfig.write_text(json.dumps({
         "apiVersion": "v1", "kind": "Config", "current-context": "gone",

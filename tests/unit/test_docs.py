@@ -1,5 +1,6 @@
 """The documentation's links hold: every relative link names a file that exists and every #anchor a heading of that
-file (GitHub's slugs); every page under docs/ is reachable from docs/index.md; the README stays a short guide."""
+file (GitHub's slugs); every page under docs/ is reachable from docs/index.md; the README stays a short guide whose
+first screen names the two commands, every mode's page and the day-2 pages; no table is split by a second header."""
 
 from __future__ import annotations
 
@@ -110,3 +111,66 @@ def test_the_checker_finds_a_broken_link_and_a_broken_anchor(tmp_path):
                                    "```\n[in code](missing.md)\n```\n")
     assert broken(tmp_path / "a.md", tmp_path) == ["a.md:3: b.md: no such file",
                                          "a.md:3: a.md#nowhere: no heading with that anchor in a.md"]
+
+
+# What a reader sees without scrolling: the README's first screen names the two commands, every mode's page and
+# where each day-2 operation is described.
+FIRST_SCREEN = 45
+TABLE_SEPARATOR = re.compile(r"^\s*\|(\s*:?-{3,}:?\s*\|)+\s*$")
+
+
+def first_screen_problems(readme: Path, root: Path = REPO) -> list[str]:
+    lines = readme.read_text().splitlines()[:FIRST_SCREEN]
+    shown = "\n".join(lines)
+    targets = {(readme.parent / t.partition("#")[0]).resolve() for _, t in links_in("\n".join(lines)) if t}
+    wanted = sorted((root / "docs" / "modes").glob("*.md")) + [root / "docs" / page for page in ("day2.md",
+                                                                                                 "operations.md")]
+    problems = [f"no link to {p.relative_to(root)} in the first {FIRST_SCREEN} lines" for p in wanted
+                if p.resolve() not in targets]
+    problems += [f"no `{cmd}` in the first {FIRST_SCREEN} lines" for cmd in ("make demo", "make test")
+                 if cmd not in shown]
+    return problems
+
+
+def links_in(text: str):
+    for _, line in prose_lines(text):
+        yield from ((0, t) for t in LINK.findall(line) if not re.match(r"^[a-z][a-z0-9+.-]*:", t, re.I))
+
+
+def split_tables(path: Path) -> list[str]:
+    """Tables with a second header separator row: a header written twice renders as a row of header text and a
+    row of dashes."""
+    problems, separators, start = [], 0, 0
+    for number, line in prose_lines(path.read_text() + "\n"):
+        if line.lstrip().startswith("|"):
+            if not separators and not start:
+                start = number
+            if TABLE_SEPARATOR.match(line):
+                separators += 1
+                if separators == 2:
+                    problems.append(f"{path.name}:{number}: a second header separator in the table of line {start}")
+        else:
+            separators, start = 0, 0
+    return problems
+
+
+def test_readme_first_screen_names_the_commands_each_mode_and_day2():
+    assert first_screen_problems(REPO / "README.md") == []
+
+
+@pytest.mark.parametrize("path", pages(), ids=lambda p: str(p.relative_to(REPO)))
+def test_every_table_has_one_header(path):
+    assert split_tables(path) == []
+
+
+def test_the_checks_find_a_missing_mode_link_and_a_doubled_header(tmp_path):
+    (tmp_path / "docs" / "modes").mkdir(parents=True)
+    for name in ("docs/modes/a.md", "docs/modes/b.md", "docs/day2.md", "docs/operations.md"):
+        (tmp_path / name).write_text("# x\n")
+    readme = tmp_path / "README.md"
+    readme.write_text("make demo\nmake test\n[a](docs/modes/a.md) [d](docs/day2.md) [o](docs/operations.md#x)\n"
+                      + "\n" * FIRST_SCREEN + "[b](docs/modes/b.md)\n")
+    assert first_screen_problems(readme, tmp_path) == [f"no link to docs/modes/b.md in the first {FIRST_SCREEN} lines"]
+    page = tmp_path / "t.md"
+    page.write_text("| a | b |\n|---|---|\n| a | b |\n|---|---|\n| 1 | 2 |\n\n| c |\n|---|\n")
+    assert split_tables(page) == ["t.md:4: a second header separator in the table of line 1"]

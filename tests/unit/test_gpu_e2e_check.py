@@ -166,7 +166,7 @@ def test_recorded_h100_run_with_the_chart_bug(tmp_path, capsys, monkeypatch):
 
 
 def test_recorded_h200_run_keeps_every_promise(tmp_path, capsys, monkeypatch):
-    """The run after the fix (H200, driver 580.159.04, 2026-11-26; records in tests/data/gpu-e2e): check.py, run again
+    """The passing run (H200, driver 580.159.04, 2026-11-26; records in tests/data/gpu-e2e): check.py, run again
     on what the real node recorded, finds every pool's promise kept: what the plugin advertised, CUDA pods on the
     host's GPU, MPS's SM and pinned-memory limits, the extra pod refused by the real scheduler, no GPU for the
     tenant."""
@@ -357,9 +357,9 @@ def test_recorded_h200_drain_held_by_the_grace_period(tmp_path, capsys, monkeypa
 
 def test_recorded_h200_day2_passes_with_the_fixed_drain(tmp_path, capsys, monkeypatch):
     """The same day 2 on the same kind of node (H200, driver 580.159.04, 2026-11-27, records in tests/data/gpu-e2e)
-    after the fixes above: both switches and the rerun pass. The kubelet killed each tenant with its own 5 s grace
-    period. (The device-plugin pods it killed, with 30 s, are the old releases' pods, uninstalled by release_cleanup
-    after the relabel; the drain leaves DaemonSet pods alone.)"""
+    with accel_node_drain and each pod's own grace period: both switches and the rerun pass. The kubelet killed each
+    tenant with its own 5 s grace period. (The device-plugin pods it killed, with 30 s, are the old releases' pods,
+    uninstalled by release_cleanup after the relabel; the drain leaves DaemonSet pods alone.)"""
     import tarfile
 
     with tarfile.open(REPO / "tests" / "data" / "gpu-e2e" / "h200-2026-11-27-day2-pass.tar.xz") as tar:

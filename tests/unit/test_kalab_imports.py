@@ -1,6 +1,6 @@
 """scripts/kalab imports one way, down the layers its __init__ docstring lists: a module imports only from layers
 below its own (never from its own layer, one above, or scripts/lab.py, the command line on top), and only at module
-level, so no import inside a function hides a cycle. Nothing imports the lab modules the package replaced, nor
+level, so no import inside a function hides a cycle. Nothing imports a lab module outside the package (``GONE``), nor
 scripts/lab.py (a command, not a library)."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ REPO = SCRIPTS.parent
 LAYERS = [["site", "nvidia_smi", "informer"], ["cluster", "nodes", "hosts", "processes", "dra"], ["standins"],
           ["upstream"], ["monitoring"]]
 LAYER = {module: i for i, layer in enumerate(LAYERS) for module in layer}
-GONE = {"lab_upstream", "lab_monitoring"}  # scripts/lab_upstream.py and lab_monitoring.py, now kalab
+GONE = {"lab_upstream", "lab_monitoring"}  # no such scripts/*.py: that code is kalab.upstream and kalab.monitoring
 
 
 def lab_imports(path: Path) -> list[tuple[str, int, bool]]:

@@ -101,6 +101,26 @@ def test_module_utils_sub_packages_are_followed_by_their_imports(repo):
         "common/constants.py", "helm/__init__.py", "helm/client.py", "helm/values.py")}
 
 
+def test_import_calls_with_constant_names_are_followed(repo):
+    """``importlib.import_module`` (absolute, or relative to a constant package) and ``__import__`` (with a level:
+    relative to the file) bring the files they import, as an import statement does; a computed name brings nothing."""
+    prefix = "ansible_collections.kube_accel.gpu.plugins.module_utils"
+    write(repo / "plugins/modules/m3.py", f"import importlib\nC = importlib.import_module('{prefix}.helm.client')\n"
+          f"P = importlib.import_module('.pools', package='{prefix}.plan')\n"
+          f"N = importlib.import_module('{prefix}.' + 'cluster.client')\n")
+    write(repo / "roles/r1/tasks/main.yml", "- kube_accel.gpu.m3: {}\n")
+    write(repo / "plugins/module_utils/plan/__init__.py", "")
+    write(repo / "plugins/module_utils/plan/pools.py", "x = 1\n")
+    write(repo / "plugins/module_utils/helm/__init__.py", "")
+    write(repo / "plugins/module_utils/helm/client.py", "V = __import__('values', globals(), None, ['merge'], 1)\n")
+    write(repo / "plugins/module_utils/helm/values.py", "def merge(): pass\n")
+    write(repo / "plugins/module_utils/cluster/__init__.py", "")
+    write(repo / "plugins/module_utils/cluster/client.py", "y = 2\n")
+    files = {p.relative_to(repo).as_posix() for p in reuse.input_files(scenario(repo))}
+    assert {f for f in files if "/module_utils/" in f} == {f"plugins/module_utils/{name}" for name in (
+        "plan/__init__.py", "plan/pools.py", "helm/__init__.py", "helm/client.py", "helm/values.py")}
+
+
 @pytest.mark.parametrize("path", ["roles/r1/tasks/main.yml", "roles/r2/tasks/main.yml", "plugins/module_utils/u.py",
                                   "plugins/module_utils/u2.py", "plugins/module_utils/u3.py", "plugins/action/m1.py",
                                   "plugins/filter/f.py", "roles/r1/molecule/s/converge.yml", "tests/data/d.json"])

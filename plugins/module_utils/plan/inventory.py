@@ -4,7 +4,7 @@
 
 ``VARIABLES`` is the one list of known variables. The preflight reports any other ``accel_*`` name as a typo (with
 a "did you mean"), the preflight role's ``meta/argument_specs.yml`` is checked against ``argument_spec()`` by the
-unit tests, and the README's variable table can be rendered from ``VARIABLES``.
+unit tests, and the variable table of docs/inventory.md can be rendered from ``VARIABLES``.
 
 Each entry: ``scope`` (``cluster``: group_vars/all, read by the cluster play on ``kube_control_plane[0]`` and the
 same on every host; ``pool``: a pool group under ``gpu_pools``, the same on every host of the pool unless
@@ -15,9 +15,9 @@ Kubernetes name the value reaches: ``plan.values.GRAMMARS``), ``applies`` (the p
 variable is used: set anywhere else it is refused as ignored), ``description`` and ``default``.
 
 A variable's default and limits are defined here only: the pool model (``plan.pools.pool_settings``) and the
-preflight read them from here, the README and the argument specs are rendered from here, and the roles'
-``| default(...)`` fallbacks are checked against them (tests/unit/test_inventory_defaults.py). A variable without a
-default is required where it applies (the preflight says when) or optional with no value.
+preflight read them from here, docs/inventory.md's variable table and the argument specs are rendered from here, and
+the roles' ``| default(...)`` fallbacks are checked against them (tests/unit/test_inventory_defaults.py). A variable
+without a default is required where it applies (the preflight says when) or optional with no value.
 """
 
 from __future__ import annotations
@@ -325,7 +325,8 @@ def did_you_mean(name: str, candidates=None) -> str | None:
 
 
 def variables_markdown(scopes=("cluster", "pool", "lab")) -> str:
-    """The variable table for READMEs: | Variable | Scope | Type | Allowed | Default | Description |."""
+    """The variable table of docs/inventory.md and roles/preflight/README.md:
+    | Variable | Scope | Type | Allowed | Default | Description |."""
     rows = ["| Variable | Scope | Type | Allowed | Default | Description |", "|---|---|---|---|---|---|"]
     for name, entry in VARIABLES.items():
         if entry["scope"] not in scopes:

@@ -69,7 +69,8 @@ options:
     default: [nvidia-smi, -L]
   job_timeout:
     description: Seconds to wait for the Jobs to complete. Every pool's Job is created before any is waited for, so
-      they run side by side.
+      they run side by side; each Job is read at least once, also after the time ran out while another pool's Job
+      was waited for, so a pool's result is its own.
     type: int
     default: 120
   settle_timeout:
@@ -203,18 +204,22 @@ def start_job(batch, core, p, pool) -> dict:
 
 def finish_job(batch, core, p, pool, job: dict, deadline: float) -> tuple[str, list[str], list]:
     """Wait until the pool's verify Job completes, fails or ``deadline`` passes; its summary, problems and pods. The
-    Job is deleted whatever happens."""
+    Job is read at least once, even when the deadline (shared by every pool's Job, which run side by side) passed
+    while an earlier pool was waited for: a pool's row is never decided by another pool's wait. The Job is deleted
+    whatever happens."""
     name, ns, dra = job["name"], p["namespace"], pool.get("dra")
     problems: list[str] = []
     status = "timeout"
     try:
-        while time.time() < deadline:
+        while True:
             state = batch.read_namespaced_job(name, ns)
             if state.status.succeeded:
                 status = "completed"
                 break
             if state.status.failed:
                 status = "failed"
+                break
+            if time.time() >= deadline:
                 break
             time.sleep(1)
         pods = core.list_namespaced_pod(ns, label_selector=f"job-name={name}").items

@@ -39,8 +39,8 @@ $(UV):
 $(VENV_STAMP): pyproject.toml $(UV)
 	$(PYTHON) -m venv $(VENV)
 	$(UV) pip install --quiet --python $(BIN)/python -e '.[test]'
-	# Bytecode now, once: uv compiles none, and where PYTHONDONTWRITEBYTECODE is set (as on the machines here) every Python
-	# process would compile what it imports again (ansible-lint 157 s -> 90 s, importing kubernetes 2.6 -> 1.0 s;
+	# Bytecode now, once: uv compiles none, and where PYTHONDONTWRITEBYTECODE is set every Python process would
+	# compile what it imports again (ansible-lint 157 s -> 90 s, importing kubernetes 2.6 -> 1.0 s;
 	# BENCHMARKS.md). Not ansible_collections/: Ansible's collection loader compiles those from source regardless.
 	$(BIN)/python -m compileall -q -j 0 -x '/ansible_collections/' "$(PURELIB)"
 	# kube-accel's code imports as the collection it is (ansible_collections.kube_accel.gpu...) in this venv's Python:
@@ -86,7 +86,8 @@ sanity: venv ## ansible-test sanity on the built collection, every Python from 3
 	scripts/sanity.sh
 
 .PHONY: unit
-unit: venv ## Unit tests only (no lab, no Molecule, no podman hosts, no real node, no benchmark)
+# The chart tests run helm, the conformance tests the upstream builds: both come with the toolchain.
+unit: toolchain ## Unit, chart and conformance tests (no lab, no Molecule, no podman hosts, no real node, no benchmark)
 	$(BIN)/python -m pytest tests -m "not lab and not molecule and not gpu and not podman and not realnode and not bench" $(PYTEST_ARGS)
 
 .PHONY: test

@@ -13,10 +13,12 @@ export GOSUMDB=sum.golang.org GOPROXY=${GOPROXY:-https://proxy.golang.org,direct
 export GONOSUMDB='' GOINSECURE='' GOPRIVATE='' GONOPROXY=''
 export GOMODCACHE="$KA_CACHE/go/mod" GOCACHE="$KA_CACHE/go/build"
 # Every build links with -s -w (no symbol table, no DWARF), so the compiler need not write DWARF either: 11-13 % less
-# CPU for the same binaries (helm v3, empty build cache: 146-151 -> 132-133 CPU-s; BENCHMARKS.md "Go compiler flags").
+# CPU for the same binaries (helm v3, empty build cache, twice each: 146-151 -> 132-133 CPU-s; BENCHMARKS.md "Go
+# compiler flags").
 KA_GOFLAGS="-trimpath -buildvcs=false -gcflags=all=-dwarf=false"
-# The compiler collects its garbage less often: 15 % less CPU again for 38 % more memory per compile (helm v3, no DWARF,
-# twice each: 149-153 -> 127-132 CPU-s, largest compile 345 -> 478 MB). The builds here run -p 2 on 24 GiB.
+# The compiler collects its garbage less often: 15 % less CPU for 38 % more memory per compile (a second measurement
+# in the same hour, helm v3 without DWARF, twice each: GOGC 100 -> 400, 149-153 -> 127-132 CPU-s, largest compile
+# 345 -> 478 MB). Sized for a 2-core, 24 GiB machine, where go build runs -p 2.
 export GOGC=400
 
 # have FILE KEY: FILE is an executable built for KEY (its FILE.stamp says so); stamp FILE KEY records that.

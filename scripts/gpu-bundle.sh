@@ -9,7 +9,7 @@
 #                   and the pause image, one docker-archive that registry.py serves to containerd; modules/:
 #                   kube-accel's host modules as Ansible ships them to a host (AnsiballZ, Python stdlib only), their
 #                   arguments those of roles/container_toolkit for the e2e's paths (modules.yml); site/: Ansible for
-#                   the GPU host's Python (E2E_PYTHON_VERSION, default 3.12: Ubuntu 24.04, the lent GPU hosts) from
+#                   the GPU host's Python (E2E_PYTHON_VERSION, default 3.12: Ubuntu 24.04's) from
 #                   PyPI wheels of the versions this venv runs, and the collections site.yml needs (kube_accel.gpu as
 #                   `ansible-galaxy collection build` packs it, kubernetes.core); SHA256SUMS.
 #   render/         what the cluster play installs for each pool of scripts/gpu_e2e/pools.yml, and the inventory

@@ -169,7 +169,8 @@ unpack() {
 step unpack 60 unpack || exit 1
 export PATH=$BIN:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 export KUBECONFIG=$E/admin.kubeconfig
-# Some GPU hosts have no iproute2 (the lent H100 has none): busybox's ip applet does what this script needs.
+# Some GPU hosts have no iproute2 (docs/gpu-validation.md's H100 host has none): busybox's ip applet does what this
+# script needs.
 if [ "${E2E_BUSYBOX_IP:-0}" = 1 ] || ! command -v ip >/dev/null; then
   ip() { "$BIN/busybox" ip "$@"; }
   note "ip: busybox's applet"
@@ -547,7 +548,7 @@ fi
 site_pool() { # site_pool POOL: kube-accel's own play for the node in POOL (the previous pool's release goes with it)
   local tags=preflight,cluster,verify
   [ "$NO_GPU" = 1 ] && tags=preflight,cluster # verify fails without a GPU: the node advertises none
-  # NVML for the facts module where the driver lives outside the loader's paths (/usr/local/nvidia on the lent hosts).
+  # NVML for the facts module where the driver lives outside the loader's paths (/usr/local/nvidia, E2E_DRIVER_ROOT).
   local libs=""
   [ "$DRIVER_ROOT" != / ] && libs=$DRIVER_ROOT/lib64:$DRIVER_ROOT/lib
   ANSIBLE_CONFIG=$E/ansible/ansible.cfg PYTHONPATH=$E/site/python ANSIBLE_FORCE_COLOR=0 \

@@ -1,9 +1,8 @@
 #!/usr/bin/env python3
 """Render what is generated from plan.inventory.VARIABLES (the one list of variables, with their defaults): the
-variable table of docs/inventory.md and of roles/preflight/README.md, and the preflight role's ``inventory`` argument
-spec.
+variable table of docs/inventory.md and the preflight role's ``inventory`` argument spec.
 
-  readme_vars.py          rewrite the three
+  readme_vars.py          rewrite both
   readme_vars.py --check  exit 1 when one is out of date
 """
 
@@ -16,7 +15,7 @@ import yaml
 from ansible_collections.kube_accel.gpu.plugins.module_utils.plan.inventory import argument_spec, variables_markdown
 
 REPO = Path(__file__).resolve().parent.parent
-TABLES = (REPO / "docs" / "inventory.md", REPO / "roles" / "preflight" / "README.md")
+TABLES = (REPO / "docs" / "inventory.md",)
 ARGUMENT_SPECS = REPO / "roles" / "preflight" / "meta" / "argument_specs.yml"
 
 BEGIN, END = "<!-- variables-table -->", "<!-- /variables-table -->"

@@ -32,7 +32,8 @@ mol_pid=$!
 
 # pytest as two processes side by side: the lab tests in one, in order (they share one lab, started by the first and
 # torn down at the end), the unit, chart and conformance tests in the other. (xdist's --dist loadgroup would do this
-# in one process, but with pytest 9 and xdist 3.8 it does not keep a group on one worker: two labs collided.)
+# in one process, but with pytest 9 and xdist 3.8 it does not keep a group on one worker, so two workers could each
+# start the one lab.)
 # "No tests collected" (exit 5: PYTEST_ARGS selected none of a lane's tests) is not a failure.
 pytest_lane() {
   local name=$1; shift

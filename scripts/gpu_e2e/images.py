@@ -6,7 +6,7 @@
   (k8s-device-plugin v0.20.0 deployments/container/Dockerfile) lays it out: nvidia-device-plugin, mps-control-daemon
   and config-manager in /usr/bin (built from the pinned source by scripts/upstream.sh), busybox in /busybox, /bin/sh,
   its PATH and NVIDIA_* environment, glibc (Debian 12's, as the binaries are cgo). One addition, for the e2e only:
-  /usr/local/bin/nvidia-smi (nvidia-smi-shim) so the MPS daemon cannot change the lent GPU's compute mode.
+  /usr/local/bin/nvidia-smi (nvidia-smi-shim) so the MPS daemon cannot change the host GPU's compute mode.
 - ``kube-accel.e2e/cuda-probe:1``: busybox, glibc and cuda-probe (the workload: its libcuda comes from the runtime).
 - ``kube-accel.e2e/pause:1``: the pod sandbox (pause.c).
 

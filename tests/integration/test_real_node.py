@@ -19,7 +19,7 @@ from tests/data/nvml). What must hold here:
 - the device plugin and the MPS daemon load the config kube-accel rendered (their logs print it; the sharing replicas
   are the promised ones) and stop only at NVML, which this machine lacks;
 - the hostile tenant's pod (no GPU request, NVIDIA_VISIBLE_DEVICES=all, RuntimeClass nvidia) runs and finds no GPU;
-- busybox's ip applet stands in for iproute2 (the lent GPU host has none), and everything started is gone after.
+- busybox's ip applet stands in for iproute2 (a GPU host may have none), and everything started is gone after.
 On a GPU host the same script is `make gpu-e2e` (docs/gpu-validation.md).
 """
 
@@ -48,8 +48,9 @@ def run(tmp_path_factory):
     env = {**os.environ, "XZ_FAST": "1", "PATH": f"/usr/local/go/bin:{os.environ['PATH']}", "E2E_PYTHON_VERSION": py}
     subprocess.run([str(REPO / "scripts" / "gpu-bundle.sh"), str(bundle)], env=env, check=True, timeout=1800)
     out = tmp_path_factory.mktemp("e2e")
-    # The script's own deadline (480 s) fits a lent GPU host's time; here it shares two cores with the lab lane, where
-    # the same steps can take 478 s to reach the last one, so it gets room and the verdicts stay the test.
+    # The script's own deadline (480 s) is sized for a GPU host running it alone; in this test it shares the CPU with
+    # the lab lane, where the same steps can take 478 s to reach the last one, so it gets room and the verdicts stay
+    # the test.
     proc = subprocess.run(["bash", str(bundle / "gpu-e2e.sh"), str(out)], capture_output=True, text=True, check=False,
                           env={**os.environ, "E2E_NO_GPU": "1", "E2E_BUSYBOX_IP": "1", "E2E_DEADLINE_S": "1200"},
                           timeout=1500)

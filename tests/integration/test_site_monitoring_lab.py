@@ -101,7 +101,7 @@ def test_prometheus_scrapes_each_exporter_pod_as_the_service_monitor_says(chain,
         per_node.setdefault(series["metric"]["Hostname"], set()).add(series["metric"]["UUID"])
     assert per_node == {n: {g["uuid"] for g in lab_site.recorded_gpus(n, hosts[n])} for n in exporter_nodes}
     # The ServiceMonitor's relabelings drop the target's namespace/pod/container: a GPU no pod uses carries none,
-    # and nothing is renamed to exported_* (before kube-accel set them, every idle GPU belonged to the exporter pod).
+    # and nothing is renamed to exported_* (without them, every idle GPU would carry the exporter pod's labels).
     assert query(chain, 'DCGM_FI_DEV_GPU_UTIL{namespace="gpu-operator"}') == []
     assert query(chain, '{__name__=~"DCGM_.+", exported_pod!=""}') == []
     # kube-state-metrics' kube_node_labels joins the pools: every pool of the inventory is there.

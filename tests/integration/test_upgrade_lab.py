@@ -3,7 +3,7 @@
 The release is checked out from this repository's own history (the commit CHANGELOG.md names for 0.1.0) into a
 temporary directory, and its own site.yml installs it on the lab with its own inventory: hosts, charts, verify. A
 pod is then pinned to each of its GPU nodes (a drain would evict it) and this checkout's site.yml runs on the
-lab's inventory of today, which adds one pool (dra, host lab-dra-0) and changes no other.
+lab's inventory in this checkout, which adds one pool (dra, host lab-dra-0) and changes no other.
 
 What the upgrade must show (docs/day2.md "Upgrading kube-accel"):
 - no host of an unchanged pool is drained: 0.1.0's host records (version 1) cannot be compared with this version's,

@@ -123,9 +123,9 @@ def test_molecule_scenario(scenario: Scenario, record_property):
             argv = [molecule, "test", "-s", scenario.name, "--destroy", "never"]
             rc, stages, tail = run_logged(argv, scenario.cwd, env, log, 45 * 60)
             if rc != 0 and list(stages)[-1:] == ["create"]:
-                # Only the podman driver's own create playbook failed, before any of the scenario's code ran: once, in
-                # a cold CI under load 20, its podman_container job failed reading `podman inspect` output that was not
-                # JSON (BENCHMARKS.md, "Molecule"). One more try, said in the output; a second failure fails.
+                # Only the podman driver's own create playbook failed, before any of the scenario's code ran: under
+                # heavy load its podman_container job can fail reading `podman inspect` output that is not JSON
+                # (BENCHMARKS.md, "Molecule"). One more try, said in the output; a second failure fails.
                 print(f"molecule {scenario.id}: the driver's create failed; destroying and running once more")
                 log.write("# the driver's create failed: destroy, then one more `molecule test`\n")
                 run_logged([molecule, "destroy", "-s", scenario.name], scenario.cwd, env, log, 300)

@@ -24,6 +24,8 @@ def pages() -> list[Path]:
     found = [REPO / "README.md", REPO / "CHANGELOG.md", REPO / "BENCHMARKS.md"]
     found += sorted((REPO / "docs").rglob("*.md"))
     found += sorted(REPO.glob("roles/*/README.md")) + sorted(REPO.glob("charts/*/README.md"))
+    found += [REPO / "scripts" / "README.md", REPO / "scripts" / "gpu_e2e" / "README.md", REPO / "tests" / "README.md",
+              REPO / "tests" / "bench" / "results" / "results.md"]
     return [p for p in found if p.is_file()]
 
 

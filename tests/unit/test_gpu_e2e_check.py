@@ -152,8 +152,9 @@ def test_no_gpu_run_checks_agents_and_tenant(tmp_path, capsys, monkeypatch):
 
 def test_recorded_h100_run_with_the_chart_bug(tmp_path, capsys, monkeypatch):
     """The first run on a real node (H100, driver 580.159.04, 2026-11-26; records in tests/data/gpu-e2e): the pgpu
-    chart's plugin could not read its config (dangling /config symlink, fixed since), so nothing was advertised. The
-    verdicts say so, and do not count the refused extra pod as a kept promise; the tenant's pod got no GPU."""
+    chart's plugin could not read its config (dangling /config symlink: the record's chart mounts no
+    /available-configs), so nothing was advertised. The verdicts say so, and do not count the refused extra pod as a
+    kept promise; the tenant's pod got no GPU."""
     import tarfile
 
     with tarfile.open(REPO / "tests" / "data" / "gpu-e2e" / "h100-2026-11-26-first-run.tar.xz") as tar:

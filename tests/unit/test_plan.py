@@ -423,9 +423,10 @@ def test_variable_list_covers_the_inventories():
         assert entry["scope"] in ("cluster", "pool", "lab") and entry["description"], name
 
 
-def test_role_readme_lists_every_variable():
+def test_role_readme_points_at_the_one_variable_table():
     readme = (REPO / "roles/preflight/README.md").read_text()
-    assert accel_inventory.variables_markdown() in readme
+    assert "(../../docs/inventory.md#variables)" in readme
+    assert "<!-- variables-table -->" not in readme  # one table, in docs/inventory.md (tests/unit/test_readme.py)
 
 
 def test_rule_hami_settings():

@@ -1,6 +1,7 @@
 """The documentation's links hold: every relative link names a file that exists and every #anchor a heading of that
 file (GitHub's slugs); every page under docs/ is reachable from docs/index.md; the README stays a short guide whose
-first screen names the two commands, every mode's page and the day-2 pages; no table is split by a second header."""
+first screen names the two commands, every mode's page and the day-2 pages; no table is split by a second header;
+no page but the changelog tells the story of the work."""
 
 from __future__ import annotations
 
@@ -176,3 +177,26 @@ def test_the_checks_find_a_missing_mode_link_and_a_doubled_header(tmp_path):
     page = tmp_path / "t.md"
     page.write_text("| a | b |\n|---|---|\n| a | b |\n|---|---|\n| 1 | 2 |\n\n| c |\n|---|\n")
     assert split_tables(page) == ["t.md:4: a second header separator in the table of line 1"]
+
+
+# Phrases that tell the story of the work rather than what the product does (a page says what holds and where its
+# proof is; history is in CHANGELOG.md and git).
+NARRATION = re.compile(r"\b(this session|next session|next GPU run|used to (?:be|loop|list|stop|fail)|fixed since|"
+                       r"stop \d+|was not at hand|lent (?:GPU|host|machine)s?|the machines here)\b", re.I)
+
+
+def narration(path: Path) -> list[str]:
+    return [f"{path.name}:{number}: {match.group(0)!r}" for number, line in prose_lines(path.read_text())
+            for match in [NARRATION.search(line)] if match]
+
+
+@pytest.mark.parametrize("path", [p for p in pages() if p.name != "CHANGELOG.md"],
+                         ids=lambda p: str(p.relative_to(REPO)))
+def test_no_page_narrates_the_work(path):
+    assert narration(path) == []
+
+
+def test_the_narration_check_finds_a_work_log(tmp_path):
+    page = tmp_path / "p.md"
+    page.write_text("# p\n\nThe drain is fixed since stop 45.\n\n```\nthis session\n```\n")
+    assert narration(page) == ["p.md:3: 'fixed since'"]

@@ -68,13 +68,17 @@ def anchors(path: Path) -> set[str]:
     return result
 
 
-def links(path: Path):
-    """(line number, target) of every relative link of a page."""
-    for number, line in prose_lines(path.read_text()):
+def links_in(text: str):
+    """(line number, target) of every relative link in a page's text."""
+    for number, line in prose_lines(text):
         for target in LINK.findall(line):
             if re.match(r"^[a-z][a-z0-9+.-]*:", target, re.I):  # https:, mailto:, ...
                 continue
             yield number, target
+
+
+def links(path: Path):
+    return links_in(path.read_text())
 
 
 def broken(path: Path, root: Path = REPO) -> list[str]:
@@ -133,11 +137,6 @@ def first_screen_problems(readme: Path, root: Path = REPO) -> list[str]:
     problems += [f"no `{cmd}` in the first {FIRST_SCREEN} lines" for cmd in ("make demo", "make test")
                  if cmd not in shown]
     return problems
-
-
-def links_in(text: str):
-    for _, line in prose_lines(text):
-        yield from ((0, t) for t in LINK.findall(line) if not re.match(r"^[a-z][a-z0-9+.-]*:", t, re.I))
 
 
 def split_tables(path: Path) -> list[str]:

@@ -57,6 +57,18 @@ def repo(tmp_path):
     return tmp_path
 
 
+def write_utils(repo: Path, files: dict[str, str]) -> None:
+    """Sub-packages of plugins/module_utils: each with its empty __init__.py, helm/values.py and cluster/client.py
+    (which nothing below imports unless a test's file does), then ``files`` (path below module_utils -> text)."""
+    utils = repo / "plugins" / "module_utils"
+    for package in ("plan", "common", "helm", "cluster"):
+        write(utils / package / "__init__.py", "")
+    write(utils / "helm" / "values.py", "def merge(): pass\n")
+    write(utils / "cluster" / "client.py", "y = 2\n")
+    for name, text in files.items():
+        write(utils / name, text)
+
+
 def scenario(repo: Path) -> reuse.Scenario:
     return reuse.Scenario(repo / "roles/r1", "s", repo=repo)
 
@@ -83,17 +95,9 @@ def test_module_utils_sub_packages_are_followed_by_their_imports(repo):
     write(repo / "plugins/modules/m3.py", f"from {prefix}.plan.pools import node_labels\n"
           f"from {prefix}.helm import client\n")
     write(repo / "roles/r1/tasks/main.yml", "- name: r1\n  kube_accel.gpu.m1:\n- kube_accel.gpu.m3: {values: 1}\n")
-    write(repo / "plugins/module_utils/plan/__init__.py", "")
-    write(repo / "plugins/module_utils/plan/pools.py", "from ..common import constants\nfrom . import inventory\n")
-    write(repo / "plugins/module_utils/plan/inventory.py", "VARIABLES = {}\n")
-    write(repo / "plugins/module_utils/plan/values.py", "x = 1\n")
-    write(repo / "plugins/module_utils/common/__init__.py", "")
-    write(repo / "plugins/module_utils/common/constants.py", "LABELS = {}\n")
-    write(repo / "plugins/module_utils/helm/__init__.py", "")
-    write(repo / "plugins/module_utils/helm/client.py", "from .values import merge\n")
-    write(repo / "plugins/module_utils/helm/values.py", "def merge(): pass\n")
-    write(repo / "plugins/module_utils/cluster/__init__.py", "")
-    write(repo / "plugins/module_utils/cluster/client.py", "y = 2\n")
+    write_utils(repo, {"plan/pools.py": "from ..common import constants\nfrom . import inventory\n",
+                       "plan/inventory.py": "VARIABLES = {}\n", "plan/values.py": "x = 1\n",
+                       "common/constants.py": "LABELS = {}\n", "helm/client.py": "from .values import merge\n"})
     files = {p.relative_to(repo).as_posix() for p in reuse.input_files(scenario(repo))}
     utils = {f for f in files if "/module_utils/" in f}
     assert utils == {f"plugins/module_utils/{name}" for name in (
@@ -109,13 +113,8 @@ def test_import_calls_with_constant_names_are_followed(repo):
           f"P = importlib.import_module('.pools', package='{prefix}.plan')\n"
           f"N = importlib.import_module('{prefix}.' + 'cluster.client')\n")
     write(repo / "roles/r1/tasks/main.yml", "- kube_accel.gpu.m3: {}\n")
-    write(repo / "plugins/module_utils/plan/__init__.py", "")
-    write(repo / "plugins/module_utils/plan/pools.py", "x = 1\n")
-    write(repo / "plugins/module_utils/helm/__init__.py", "")
-    write(repo / "plugins/module_utils/helm/client.py", "V = __import__('values', globals(), None, ['merge'], 1)\n")
-    write(repo / "plugins/module_utils/helm/values.py", "def merge(): pass\n")
-    write(repo / "plugins/module_utils/cluster/__init__.py", "")
-    write(repo / "plugins/module_utils/cluster/client.py", "y = 2\n")
+    write_utils(repo, {"plan/pools.py": "x = 1\n",
+                       "helm/client.py": "V = __import__('values', globals(), None, ['merge'], 1)\n"})
     files = {p.relative_to(repo).as_posix() for p in reuse.input_files(scenario(repo))}
     assert {f for f in files if "/module_utils/" in f} == {f"plugins/module_utils/{name}" for name in (
         "plan/__init__.py", "plan/pools.py", "helm/__init__.py", "helm/client.py", "helm/values.py")}

@@ -9,6 +9,8 @@ run), plus one podman container per GPU host.
   lab.py status   print what runs
   lab.py monitoring [--report FILE]   the monitoring chain on what the cluster play deployed (kalab/monitoring.py)
   lab.py load --util NS=PCT --xid NODE/GPU=CODE   the DCGM exporter stand-in's readings
+  lab.py delay-registration SECONDS   the HAMi, device-plugin and DRA stand-ins register a node only SECONDS after
+                  its agent pod runs (0 clears): a slow node agent, for the race between registration and verify
 Everything lives under the repo's ignored .lab/ directory.
 
 A second lab (benchmarks) lives beside it with its own directory, cluster name and inventory:
@@ -44,6 +46,7 @@ from kalab.site import (
     run,
     truthy,
 )
+from kalab.standins import REGISTER_DELAY_FILE
 from kalab.upstream import apply_prometheus_rule_crd, start_upstream
 
 
@@ -112,6 +115,18 @@ def load(args: argparse.Namespace) -> None:
                                                pairs(args.xid, int) or None)))
 
 
+def delay_registration(args: argparse.Namespace) -> None:
+    """How long the stand-ins wait after an agent pod runs before they register its node (kalab.standins)."""
+    path = site_of(args).root / REGISTER_DELAY_FILE
+    if args.seconds < 0:
+        sys.exit(f"[lab] delay-registration: {args.seconds} is negative; give seconds >= 0 (0 clears the delay)")
+    if args.seconds:
+        path.write_text(f"{args.seconds:g}\n")
+    else:
+        path.unlink(missing_ok=True)
+    log(f"stand-ins register a node {args.seconds:g} s after its agent pod runs")
+
+
 def down(args: argparse.Namespace) -> None:
     site = site_of(args)
     stop_all(site.root)  # by PID, before the API server they talk to goes
@@ -157,6 +172,10 @@ def main() -> None:
     p_load.add_argument("--xid", action="append", default=[], metavar="NODE/GPU=CODE",
                         help="last XID of a GPU (0 clears)")
     p_load.set_defaults(func=load)
+    p_delay = sub.add_parser("delay-registration", help="the stand-ins register a node SECONDS after its agent "
+                             "pod runs (0 clears)")
+    p_delay.add_argument("seconds", type=float)
+    p_delay.set_defaults(func=delay_registration)
     sub.add_parser("down").set_defaults(func=down)
     sub.add_parser("status").set_defaults(func=status)
     args = parser.parse_args()

@@ -20,6 +20,13 @@ description:
     there (no Deployment in that namespace) the column says so and nothing is checked.
   - Nodes, DaemonSet pods, allocatable and operands are read again until they pass or O(settle_timeout) runs out,
     since a device plugin registers its resources a moment after its pod is Ready.
+  - Before the Jobs, each pool's scheduler path must be ready the way its scheduler reads it, within
+    O(settle_timeout). On HAMi pools every node's registration as HAMi's scheduler decodes it (column C(registered)),
+    on dra pools the driver's ResourceSlices of every node (column C(slices)).
+  - On a HAMi pool, a Job whose pod stays unschedulable for 10 s while every node's registration holds is started
+    again (HAMi's scheduler reads registrations on its own 15 s clock, and kube-scheduler does not retry a pod an
+    extender refused when a node's annotations change; it does retry on allocatable and ResourceSlice changes, so
+    other pools' Jobs are left to it); the C(job) column counts the attempts.
   - On kwok fake nodes (lab), capacity the lab copied from the inventory (annotation C(kube-accel.lab/capacity=inventory))
     is not checked; capacity the lab's device-plugin stand-ins wrote from what kube-accel deployed is.
   - The summary says where each check's evidence comes from (upstream component or lab stand-in).
@@ -32,6 +39,8 @@ options:
       - 'List of pools, each with C(pool), C(mode), C(release), C(nodes), C(labels), C(resources) and C(request).'
       - C(resources) maps a resource name to the expected allocatable quantity per node (0 means any positive quantity).
       - Optional C(scheduler_name) (HAMi pools), the scheduler HAMi's webhook must set on the Job's pod.
+      - Optional C(hami_count) (HAMi pools), the resource HAMi's device plugin registers (its resourceCountName). A
+        node's registration counts as HAMi's scheduler reads it only with this resource allocatable.
       - Optional C(pod_labels), extra labels of the Job's pod (other pools in a cluster with HAMi carry
         hami.io/webhook=ignore, which HAMi's webhook honours only in the release namespace the Jobs run in; workloads
         elsewhere run in namespaces an administrator labels so).
@@ -165,6 +174,11 @@ from ansible_collections.kube_accel.gpu.plugins.module_utils.verify.pool_checks 
     operand_problems,
     render_table,
 )
+from ansible_collections.kube_accel.gpu.plugins.module_utils.verify.scheduling import (
+    RETRY_AFTER_S,
+    hami_registration_problems,
+    retry_due,
+)
 
 try:
     from kubernetes import client, watch
@@ -199,17 +213,29 @@ def start_job(batch, core, p, pool) -> dict:
     # every state they had is read back from a watch that starts where the namespace's claims stood before the Job.
     since = claims_version(core, ns) if dra else None
     batch.create_namespaced_job(ns, body)
-    return {"name": name, "since": since}
+    return {"name": name, "since": since, "started": time.time()}
 
 
-def finish_job(batch, core, p, pool, job: dict, deadline: float) -> tuple[str, list[str], list]:
+def pod_view(pod) -> dict:
+    """What scheduling.unschedulable reads of a pod."""
+    return {"node": pod.spec.node_name, "phase": pod.status.phase,
+            "conditions": [{"type": c.type, "status": c.status, "reason": c.reason, "message": c.message,
+                            "since": c.last_transition_time.timestamp() if c.last_transition_time else None}
+                           for c in pod.status.conditions or []]}
+
+
+def finish_job(batch, core, p, pool, job: dict, deadline: float, path_ready=None) -> tuple[str, list[str], list]:
     """Wait until the pool's verify Job completes, fails or ``deadline`` passes; its summary, problems and pods. The
     Job is read at least once, even when the deadline (shared by every pool's Job, which run side by side) passed
-    while an earlier pool was waited for: a pool's row is never decided by another pool's wait. The Job is deleted
+    while an earlier pool was waited for: a pool's row is never decided by another pool's wait. With ``path_ready``
+    (a function), a Job whose pod stays unschedulable while ``path_ready()`` (the pool's scheduler path) holds is
+    started again (scheduling.retry_due), each attempt counted in the summary; without it, never. The Job is deleted
     whatever happens."""
     name, ns, dra = job["name"], p["namespace"], pool.get("dra")
     problems: list[str] = []
     status = "timeout"
+    job.setdefault("retries", [])
+    first = job["started"]
     try:
         while True:
             state = batch.read_namespaced_job(name, ns)
@@ -219,19 +245,30 @@ def finish_job(batch, core, p, pool, job: dict, deadline: float) -> tuple[str, l
             if state.status.failed:
                 status = "failed"
                 break
-            if time.time() >= deadline:
+            now = time.time()
+            if now >= deadline:
                 break
+            pending = core.list_namespaced_pod(ns, label_selector=f"job-name={name}").items
+            why = retry_due([pod_view(pd) for pd in pending], now, job["started"], RETRY_AFTER_S)
+            if why and path_ready is not None and path_ready():
+                job["retries"].append(why)
+                job.update(start_job(batch, core, p, pool))
+                continue
             time.sleep(1)
         pods = core.list_namespaced_pod(ns, label_selector=f"job-name={name}").items
         nodes = sorted({pd.spec.node_name for pd in pods if pd.spec.node_name})
         stray = [n for n in nodes if n not in pool["nodes"]]
         if stray:
             problems.append(f"pool {pool['pool']}: verify Job ran on {stray}, outside the pool")
+        attempts = (f" (attempt {len(job['retries']) + 1} after {time.time() - first:.0f} s; earlier attempts "
+                    f"unschedulable: {job['retries'][0]})") if job["retries"] else ""
         if status != "completed":
             reasons = [c.message for pd in pods for c in (pd.status.conditions or []) if c.message]
             problems.append(f"pool {pool['pool']}: verify Job {status} after {p['job_timeout']} s "
-                            f"{'; '.join(reasons)}".rstrip())
+                            f"{'; '.join(reasons)}".rstrip() + attempts)
         summary = f"{status} on {','.join(nodes)}" if nodes else status
+        if job["retries"]:
+            summary += f", attempt {len(job['retries']) + 1}"
         if dra:
             # Read before the Job goes: its pod's claims (made from the pool's template) go with it.
             claims = claims_of(core, ns, job["since"], {pd.metadata.name for pd in pods})
@@ -241,7 +278,7 @@ def finish_job(batch, core, p, pool, job: dict, deadline: float) -> tuple[str, l
         return summary, problems, pods
     finally:
         job["finished"] = True
-        batch.delete_namespaced_job(name, ns, propagation_policy="Background")
+        batch.delete_namespaced_job(job["name"], ns, propagation_policy="Background")
 
 
 def start_jobs(batch, core, p) -> dict[int, dict | ApiException]:
@@ -319,10 +356,37 @@ def daemonset_of(pod) -> str | None:
     return next((o.name for o in (pod.metadata.owner_references or []) if o.kind == "DaemonSet"), None)
 
 
-def check_nodes(pool, nodes, pods, operator_pods=None) -> dict:
-    """Labels, DaemonSet pods and allocatable of one pool's nodes, and with ``operator_pods`` (the GPU Operator's
-    pods, None when it is not checked) its operands; counts the pool's fake nodes and those whose capacity the lab
-    copied from the inventory (not checked: it would compare the lab with itself)."""
+def is_fake(node) -> bool:
+    return ((node.metadata.annotations if node else None) or {}).get(FAKE_NODE_ANNOTATION) == "fake"
+
+
+def path_problems(pool, nodes, slices) -> tuple[str, list[str], set[str]]:
+    """The pool's scheduler path, as its scheduler reads it: HAMi pools' node registrations ("registered"), dra
+    pools' ResourceSlices ("slices", with who published them); ("", [], set()) for pools whose scheduler reads only
+    what the allocatable check covers."""
+    if pool.get("dra"):
+        found, publishers = [], set()
+        for name in pool["nodes"]:
+            node_problems, by = dra_slice_problems(name, slices, pool["dra"]["driver"], is_fake(nodes.get(name)))
+            found += node_problems
+            publishers |= {by} if by else set()
+        return "slices", found, publishers
+    if pool.get("hami_count"):
+        found = []
+        for name in pool["nodes"]:
+            node = nodes.get(name)
+            if node is not None:
+                found += hami_registration_problems(name, node.metadata.annotations or {},
+                                                    node.status.allocatable or {}, pool["hami_count"])
+        return "registered", found, set()
+    return "", [], set()
+
+
+def check_nodes(pool, nodes, pods, operator_pods=None, slices=None) -> dict:
+    """Labels, DaemonSet pods, allocatable and scheduler path (path_problems) of one pool's nodes, and with
+    ``operator_pods`` (the GPU Operator's pods, None when it is not checked) its operands; counts the pool's fake
+    nodes and those whose capacity the lab copied from the inventory (not checked: it would compare the lab with
+    itself)."""
     found: dict[str, list[str]] = {"labels": [], "daemonset": [], "allocatable": []}
     if operator_pods is not None and "operands" in pool:
         found["operator"] = []
@@ -334,9 +398,8 @@ def check_nodes(pool, nodes, pods, operator_pods=None) -> dict:
             continue
         annotations = node.metadata.annotations or {}
         found["labels"] += label_problems(name, node.metadata.labels or {}, pool.get("labels", {}))
-        fake += annotations.get(FAKE_NODE_ANNOTATION) == "fake"
-        if annotations.get(FAKE_NODE_ANNOTATION) == "fake" and (
-                annotations.get(LAB_CAPACITY_ANNOTATION) == LAB_CAPACITY_FROM_INVENTORY):
+        fake += is_fake(node)
+        if is_fake(node) and annotations.get(LAB_CAPACITY_ANNOTATION) == LAB_CAPACITY_FROM_INVENTORY:
             inventory += 1
         else:
             found["allocatable"] += allocatable_problems(name, node.status.allocatable or {},
@@ -353,7 +416,21 @@ def check_nodes(pool, nodes, pods, operator_pods=None) -> dict:
             found["operator"] += operand_problems(name, [
                 {"name": pd.metadata.name, "daemonset": daemonset_of(pd), "ready": pod_ready(pd)}
                 for pd in operator_pods if pd.spec.node_name == name], pool["operands"])
-    return {"found": found, "fake": fake, "inventory": inventory}
+    column, path, publishers = path_problems(pool, nodes, slices or [])
+    if column:
+        found[column] = path
+    return {"found": found, "fake": fake, "inventory": inventory, "publishers": publishers}
+
+
+def pool_path_ready(core, kube, p, pool):
+    """A function telling whether ``pool``'s scheduler path (path_problems) and allocatable hold now, read afresh."""
+    def ready() -> bool:
+        selected = core.list_node(label_selector=f"{p['pool_label']}={pool['pool']}").items
+        nodes = {n.metadata.name: n for n in selected}
+        checked = check_nodes({**pool, "operands": {}}, nodes, [], None,
+                              resource_slices(kube) if pool.get("dra") else [])
+        return not any(checked["found"][k] for k in checked["found"] if k not in ("daemonset", "labels"))
+    return ready
 
 
 def main():
@@ -386,12 +463,14 @@ def main():
             operator_pods = None
             if operator_ns and client.AppsV1Api(kube).list_namespaced_deployment(operator_ns).items:
                 operator_pods = core.list_namespaced_pod(operator_ns).items
+            slices = resource_slices(kube) if any(pool.get("dra") for pool in p["pools"]) else []
         except Exception as exc:  # noqa: BLE001 - any failure to reach the API is reported the same way
             module.fail_json(msg=f"cannot read the cluster ({p['kubeconfig']}): {exc}")
-        checked = [check_nodes(pool, nodes, pods, operator_pods) for pool in p["pools"]]
+        checked = [check_nodes(pool, nodes, pods, operator_pods, slices) for pool in p["pools"]]
         if time.time() >= deadline or not any(v for c in checked for v in c["found"].values()):
             break
         time.sleep(2)
+    settled = time.time() - (deadline - p["settle_timeout"])
 
     rows, problems = [], []
     jobs = start_jobs(batch, core, p) if p["run_jobs"] and not module.check_mode else {}
@@ -413,28 +492,21 @@ def main():
                 row["allocatable"] = STAND_IN
             if operator_ns and "operands" in pool and "operator" not in found:
                 row["operator"] = NOT_INSTALLED
-            if pool.get("dra"):
+            if pool.get("dra") and not found["slices"]:
                 # The DRA driver publishes a dra node's GPUs as ResourceSlices (its kubelet plugin; in the lab its
                 # stand-in, named here as the evidence).
-                slices = resource_slices(kube)
-                found_slices, publishers = [], set()
-                for node in pool["nodes"]:
-                    # Not ``fake``: that counts the fake nodes for the table's note.
-                    is_fake = (((nodes.get(node) and nodes[node].metadata.annotations) or {}).get(FAKE_NODE_ANNOTATION)
-                               == "fake")
-                    node_problems, by = dra_slice_problems(node, slices, pool["dra"]["driver"], is_fake)
-                    found_slices += node_problems
-                    publishers |= {by} if by else set()
-                row["slices"] = (f"published by {', '.join(sorted(publishers))}" if not found_slices
-                                 else f"{len(found_slices)} problem(s)")
-                pool_problems += found_slices
+                row["slices"] = f"published by {', '.join(sorted(c['publishers']))}"
             scheduler_name = pool.get("scheduler_name")
             if p["run_jobs"] and not module.check_mode:
                 job = jobs[index]
                 try:
                     if isinstance(job, ApiException):
                         raise job
-                    row["job"], job_problems, job_pods = finish_job(batch, core, p, pool, job, job_deadline)
+                    # Only a pool scheduled through an extender (HAMi) is retried: kube-scheduler requeues a pod
+                    # itself when a node's allocatable or a ResourceSlice changes, not when the node annotation an
+                    # extender reads does.
+                    retry = pool_path_ready(core, kube, p, pool) if scheduler_name else None
+                    row["job"], job_problems, job_pods = finish_job(batch, core, p, pool, job, job_deadline, retry)
                 except ApiException as exc:
                     row["job"], job_problems, job_pods = "error", [
                         f"pool {pool['pool']}: verify Job: {exc.status} {exc.reason}"], []
@@ -456,6 +528,9 @@ def main():
             problems += pool_problems
             rows.append(row)
         table = render_table(rows, fake, total, inventory, dra_fake)
+        still = any(v for c in checked for v in c["found"].values())
+        table += (f"\nsettle: node checks {'still failing' if still else 'passed'} after {settled:.0f} s "
+                  f"(settle_timeout {p['settle_timeout']} s)")
     finally:
         for job in jobs.values():  # those an error above left running (finish_job deletes its own)
             if isinstance(job, dict) and not job.get("finished"):

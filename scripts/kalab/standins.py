@@ -41,6 +41,10 @@ device-plugin ServiceAccount bound to that node's device-plugin pod, as the kube
 node's name into it); only what the kubelet would write (capacity) is written as admin. (HAMi's scheduler:
 kalab.upstream.)
 
+A slow node agent, on demand (`lab.py delay-registration SECONDS`, the file DIR/register-delay): the HAMi,
+device-plugin and DRA stand-ins register a node only SECONDS after they first saw its agent pod Running, as a real
+agent registers some time after its pod is Ready; each reads the file on every loop (RegistrationDelay).
+
 kalab.upstream starts the HAMi stand-in with HAMi, start_upstream the device-plugin and DRA stand-ins;
 kalab.monitoring starts the DCGM exporter stand-in with its chain.
 """
@@ -103,6 +107,26 @@ MAPPED_RESOURCE = "nvidia.com/gpu"
 def standin_process(cmd: str, *args: str) -> tuple[list[str], dict[str, str]]:
     """argv and env of stand-in ``cmd`` (main) as a lab process: ``start(root, NAME, *standin_process(...), ready)``."""
     return python_module("kalab.standins", cmd, *args)
+
+
+REGISTER_DELAY_FILE = "register-delay"
+
+
+class RegistrationDelay:
+    """The delay `lab.py delay-registration` asks of the stand-ins (DIR/register-delay, seconds; none when absent):
+    an agent pod's node is registered only that long after the stand-in first saw the pod Running."""
+
+    def __init__(self, root: Path):
+        self.file = root / REGISTER_DELAY_FILE
+        self.first_seen: dict[str, float] = {}
+
+    def due(self, pod: dict) -> bool:
+        first = self.first_seen.setdefault(pod["metadata"]["uid"], time.time())
+        try:
+            delay = float(self.file.read_text())
+        except (OSError, ValueError):
+            delay = 0.0
+        return time.time() - first >= delay
 
 
 # -- the HAMi device-plugin stand-in ---------------------------------------------------------------------------
@@ -186,8 +210,9 @@ def standin(root: Path, hosts_json: Path) -> None:
     webhook_copy = yaml.safe_load((hosts_json.parent / "webhook.yaml").read_text())
     ready = procs_dir(root) / f"{STANDIN}.ready"
     print(f"{STANDIN}: lab stand-in for HAMi's device plugin on {sorted(gpus_of)}", flush=True)
-    written: dict[str, str] = {}
+    written: dict[str, tuple[str, str]] = {}
     tokens: dict[str, tuple] = {}
+    delay = RegistrationDelay(root)
     webhooks = Informer("webhooks", admission.list_mutating_webhook_configuration)
     pod_cache = Informer("pods", api.list_pod_for_all_namespaces)
     configmaps = Informer("configmaps", api.list_config_map_for_all_namespaces)
@@ -216,14 +241,16 @@ def standin(root: Path, hosts_json: Path) -> None:
                 entry = next((e for e in nodeconfig if e.get("name") == node), None)
                 devices = registration(gpus_of[node], dc, entry)
                 value = json.dumps(devices, separators=(",", ":"))
-                if written.get(node) != value:
+                uid = agents[node]["metadata"]["uid"]
+                # The plugin registers once its pod starts (a new pod registers again) and when its devices change.
+                if written.get(node) != (uid, value) and delay.due(agents[node]):
                     # HAMi's registration (plugin/register.go:298-304), by the node's plugin pod's own token.
                     agent_client(api, kubeconfig, agents[node], tokens).patch_node(
                         node, {"metadata": {"annotations": {HAMI_REGISTER: value}}})
                     # The plugin registers deviceSplitCount devices per GPU under resourceCountName (plugin/server.go).
                     name = dc.get("nvidia", {}).get("resourceCountName", "nvidia.com/gpu")
                     set_capacity(api, node, {name: sum(d["count"] for d in devices)}, STANDIN)
-                    written[node] = value
+                    written[node] = (uid, value)
                     print(f"registered {len(gpus_of[node])} GPUs of {node} ({instance})", flush=True)
             for pod in pods:
                 meta, node = pod["metadata"], pod["spec"].get("nodeName")
@@ -431,7 +458,8 @@ def dp_standin(root: Path, hosts_json: Path) -> None:
     print(f"{DP_STANDIN}: lab stand-in for k8s-device-plugin's registration on {sorted(gpus_of)} "
           f"(preferring pods of namespace {served['namespace']})", flush=True)
     managers: dict[str, ConfigManager] = {}
-    applied: dict[str, tuple[str, dict]] = {}
+    applied: dict[str, tuple[str, str, dict]] = {}
+    delay = RegistrationDelay(root)
     pod_cache = Informer("pods", api.list_pod_for_all_namespaces)
     configmaps = Informer("configmaps", api.list_config_map_for_all_namespaces)
     while True:
@@ -447,22 +475,26 @@ def dp_standin(root: Path, hosts_json: Path) -> None:
                 if manager is None or manager.uid != pod["metadata"]["uid"] or manager.exited_for() > RESTART_AFTER:
                     if manager:
                         manager.stop(root)
+                        managers.pop(node)
+                    if not delay.due(pod):
+                        continue
                     manager = managers[node] = ConfigManager(root, configmaps, node, pod)
                 manager.sync(configmaps)
                 text = manager.config()
-                if text is None or (node in applied and applied[node][0] == text):
+                # A new pod registers again; the same pod again only when its config changed.
+                if text is None or applied.get(node, ("", "", {}))[:2] == (manager.uid, text):
                     continue
                 resources = plugin_resources(load_plugin_config(manager.dst), gpus_of[node])
                 source = DP_STANDIN
                 if resources is None and node in mig_capacity:
                     resources, source = mig_capacity[node], LAB_CAPACITY_FROM_INVENTORY
                 # The first registration replaces whatever GPU capacity the node had (a MIG node's copy).
-                before = applied[node][1] if node in applied else gpu_resources(api, node)
+                before = applied[node][2] if node in applied else gpu_resources(api, node)
                 if resources is not None:
                     set_capacity(api, node, {**dict.fromkeys(before), **resources}, source)
                     named = Path(os.readlink(manager.dst)).name if manager.dst.is_symlink() else "?"
                     print(f"{node}: {resources} from config {named} ({source})", flush=True)
-                applied[node] = (text, resources or {})
+                applied[node] = (manager.uid, text, resources or {})
             ready.touch()
         except Exception as exc:  # noqa: BLE001 - keep serving; the log says what went wrong
             print(f"error: {exc}", flush=True)
@@ -572,6 +604,7 @@ def dra_standin(root: Path, hosts_json: Path) -> None:
           f"(the driver's own enumeration and publishing code over recorded NVML, kalab.dra)", flush=True)
     publishers: dict[str, DraPublisher] = {}
     pod_cache = Informer("pods", api.list_pod_for_all_namespaces)
+    delay = RegistrationDelay(root)
     while True:
         try:
             pods = pod_cache.items()
@@ -584,6 +617,9 @@ def dra_standin(root: Path, hosts_json: Path) -> None:
                 if pub is None or pub.uid != pod["metadata"]["uid"] or pub.poll() > RESTART_AFTER:
                     if pub:
                         pub.stop(root, resource_api)
+                        publishers.pop(node)
+                    if not delay.due(pod):
+                        continue
                     pub = publishers[node] = DraPublisher(root, api, node, pod, hosts[node])
                 pub.renew(api)
                 pub.poll()

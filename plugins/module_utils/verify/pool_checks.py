@@ -45,6 +45,9 @@ def expected_pools(pools: list[dict[str, Any]], releases: list[dict[str, Any]],
     by_pool = {pool: r["name"] for r in releases for pool in r["pools"]}
     hami = {pool: (r["values"].get("hami") or {}).get("schedulerName", "hami-scheduler")
             for r in releases if r["key"] == "vgpu-hami" for pool in r["pools"]}
+    # The resource HAMi's device plugin registers per node (resourceCountName), which HAMi's scheduler requires.
+    hami_count = {pool: ((r["values"].get("hami") or {}).get("resourceNames") or {}).get("count", "nvidia.com/gpu")
+                  for r in releases if r["key"] == "vgpu-hami" for pool in r["pools"]}
     # The release's RuntimeClass (pgpu, mps, timeslice): their device plugins hand GPUs out by volume-mounts, which
     # only the NVIDIA runtime reads, and runc is the default runtime there (roles/container_toolkit).
     runtime_class = {pool: r["values"]["runtimeClassName"]
@@ -66,7 +69,8 @@ def expected_pools(pools: list[dict[str, Any]], releases: list[dict[str, Any]],
             "labels": pool_model.node_labels(settings),
             "resources": expected,
             "request": pool_model.request_for(settings),
-            **({"scheduler_name": hami[pool["pool"]]} if pool["pool"] in hami else {}),
+            **({"scheduler_name": hami[pool["pool"]], "hami_count": hami_count[pool["pool"]]}
+               if pool["pool"] in hami else {}),
             **({"runtime_class": runtime_class[pool["pool"]]} if pool["pool"] in runtime_class else {}),
             # HAMi's webhook takes every nvidia.com/gpu pod (docs/modes/vgpu.md, "HAMi and whole-GPU pools").
             **({"pod_labels": {"hami.io/webhook": "ignore"}} if hami and pool["pool"] not in hami else {}),
@@ -290,6 +294,9 @@ def render_table(rows: list[dict[str, Any]], fake_nodes: int, total_nodes: int, 
         headers.insert(headers.index("job"), "operator")
     if any("hami" in r for r in rows):
         headers.insert(-1, "hami")
+    if any("registered" in r for r in rows):
+        # HAMi pools: every node's registration as HAMi's scheduler reads it, before the Job.
+        headers.insert(headers.index("job"), "registered")
     if any("slices" in r for r in rows):
         # dra pools: who published the nodes' ResourceSlices (the driver's kubelet plugin, or the lab's stand-in).
         headers.insert(headers.index("job"), "slices")
@@ -302,6 +309,10 @@ def render_table(rows: list[dict[str, Any]], fake_nodes: int, total_nodes: int, 
         lines.append(f"note: {fake_nodes} of {total_nodes} nodes are kwok fakes (lab): no GPU ran the Jobs.")
     lines += evidence(fake_nodes, total_nodes, any("hami" in r for r in rows), inventory_nodes,
                       any(r.get("operator") not in (None, NOT_INSTALLED) for r in rows), dra_nodes)
+    if any("registered" in r for r in rows):
+        lines.append("  registered   HAMi pools: each node's registration judged by HAMi v2.10.0's own conditions (its "
+                     "annotation decodes to devices, its count resource allocatable) before the Job; a Job whose pod "
+                     "stays unschedulable once they hold is started again")
     if any("slices" in r for r in rows):
         lines.append("  slices       the DRA driver's ResourceSlices of the pool's nodes, publisher named per row; the "
                      "Job's ResourceClaim (from the pool's template) allocated by upstream kube-scheduler on one of "

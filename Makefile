@@ -61,7 +61,8 @@ toolchain: venv ## Everything: Python venvs, helm, kwok, etcd, Kubernetes, podma
 	scripts/toolchain.sh all
 
 .PHONY: lab-up lab-down lab-status
-lab-up: toolchain ## Start the local lab (control plane, fake GPU nodes, podman hosts)
+lab-up: venv ## Start the local lab (control plane, fake GPU nodes, podman hosts)
+	scripts/toolchain.sh demo
 	$(BIN)/python scripts/lab.py up --skip-toolchain
 lab-down: ## Remove the local lab
 	$(BIN)/python scripts/lab.py down
@@ -69,9 +70,9 @@ lab-status: ## Show the lab's nodes
 	$(BIN)/python scripts/lab.py status
 
 .PHONY: demo
-demo: lab-up ## The main job on the lab: preflight, hosts, cluster, verify; then GPU monitoring on it
-	$(BIN)/ansible-playbook -i $(INVENTORY) ansible/site.yml
-	$(BIN)/python scripts/lab.py monitoring --report .lab/monitoring/dashboard.html
+# One line per step; each step's output in .lab/demo/STEP.log (scripts/demo.sh). It builds only what it runs.
+demo: ## The main job on the lab: preflight, hosts, cluster, verify; then GPU monitoring on it
+	INVENTORY=$(INVENTORY) scripts/demo.sh
 
 .PHONY: lint
 lint: venv ## ansible-lint (production), yamllint, ruff, helm lint

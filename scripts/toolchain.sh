@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Build and cache kube-accel's lab toolchain from the Go module proxy and Debian.
 # Everything is keyed by version under $KA_CACHE; a second call finds every stamp and returns in seconds.
-# Usage: scripts/toolchain.sh [all|lab|go|helm|kwok|etcd|k8s|podman|image|molecule|python|upstream]
+# Usage: scripts/toolchain.sh [all|demo|lab|go|helm|kwok|etcd|k8s|podman|image|molecule|python|upstream]
 set -euo pipefail
 
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -18,7 +18,9 @@ log() { printf '[toolchain] %s\n' "$*" >&2; }
 # Link the versioned binary to the unversioned name the rest of the repo uses.
 link() { ln -sfn "$1" "$BIN/$2"; }
 
-build_helm() {
+build_helm() { build_helm3; build_helm4; }
+
+build_helm3() {
   local out="$KA_CACHE/helm-$HELM_VERSION/helm" pkg=helm.sh/helm/v3
   if ! have "$out" "$HELM_VERSION"; then
     log "building helm $HELM_VERSION"
@@ -31,6 +33,10 @@ build_helm() {
     stamp "$out" "$HELM_VERSION"
   fi
   link "$out" helm
+}
+
+# helm v4: the charts are also tested with it (tests/charts); the demo and the playbooks use v3.
+build_helm4() {
   local out4="$KA_CACHE/helm-$HELM4_VERSION/helm" pkg4=helm.sh/helm/v4
   if ! have "$out4" "$HELM4_VERSION"; then
     log "building helm $HELM4_VERSION"
@@ -152,11 +158,17 @@ case "${1:-all}" in
   go) lanes k8s build_k8s helm build_helm tools 'build_kwok; build_etcd' ;;
   podman | image | python | molecule) "$HERE/lab-host-image.sh" "$1" ;;
   upstream) "$HERE/upstream.sh" all ;;
+  demo)
+    # What `make demo` runs, no more (scripts/demo.sh): the lab (below, without helm v4) and the monitoring chain's
+    # Prometheus and kube-state-metrics; no test harness, Molecule image or conformance binary.
+    lanes k8s build_k8s helm build_helm3 tools 'build_kwok; build_etcd' \
+      upstream "'$HERE/upstream.sh' lab && '$HERE/upstream.sh' monitoring" hosts "'$HERE/lab-host-image.sh' image"
+    ;;
   lab)
     # What the local lab runs, no more (scripts/upstream.sh lab): `make test` starts the lab tests on it and builds
-    # the rest (`all`) in its other lane (scripts/test.sh).
+    # the rest (`all`) in its other lane (scripts/test.sh); Molecule's images come from its own stage before.
     lanes k8s build_k8s helm build_helm tools 'build_kwok; build_etcd' upstream "'$HERE/upstream.sh' lab" \
-      hosts "'$HERE/lab-host-image.sh' all"
+      hosts "'$HERE/lab-host-image.sh' image"
     ;;
   all)
     # Four lanes: Kubernetes; helm v3/v4; kwok and etcd; the pinned upstream components the lab and the conformance
@@ -164,6 +176,6 @@ case "${1:-all}" in
     lanes k8s build_k8s helm build_helm tools 'build_kwok; build_etcd' upstream "'$HERE/upstream.sh' all" \
       hosts "'$HERE/lab-host-image.sh' all"
     ;;
-  *) echo "usage: $0 [all|lab|go|helm|kwok|etcd|k8s|podman|image|molecule|upstream]" >&2; exit 2 ;;
+  *) echo "usage: $0 [all|demo|lab|go|helm|kwok|etcd|k8s|podman|image|molecule|upstream]" >&2; exit 2 ;;
 esac
 log "ready in $BIN"

@@ -3,7 +3,8 @@
 #   hosts:   venv -> podman, host and Molecule images -> Molecule scenarios (podman hosts; the one Go-built command a
 #            scenario copies in, containerd 2.x, is built by its test: tests/molecule/test_scenarios.py)
 #   cluster: what the lab runs (Go builds) -> pytest (lab integration tests in one process; beside it the lab tests
-#            that need no podman host (marker cluster_only) on a second lab and the cluster bench on its own lab,
+#            that need no podman host (marker cluster_only) and the upgrade test (marker second_lab) on a second lab
+#            and the cluster bench on its own lab,
 #            and, at background priority, the rest of the upstream builds beside lint and ansible-test sanity on the
 #            built collection, then the unit, chart and conformance tests beside the podman-host tests (marker podman))
 # The Molecule lane starts as soon as its images exist, so its ~35 minutes (every scenario run) pass beside the Go
@@ -74,15 +75,18 @@ if scripts/stage.sh lab-tools scripts/toolchain.sh lab; then
     exit "$orc"; } >"$other_log" 2>&1 &
   other_pid=$!
   # The lab tests that need only the lab's cluster, not its podman hosts or what an earlier lab test left
-  # (marker cluster_only), run on a second lab of their own (tests/lab_fixture.py: KA_LAB_DIR, KA_LAB_NAME; no
-  # hosts), at the lab lane's priority: the two labs' tests wait on their API servers and pods at different
-  # times, so the lab tests, the critical path, run in two lanes that overlap (BENCHMARKS.md "Cold and warm CI").
+  # (marker cluster_only), run on a second lab of their own (tests/lab_fixture.py: KA_LAB_DIR, KA_LAB_NAME), at the
+  # lab lane's priority: the two labs' tests wait on their API servers and pods at different times, so the lab
+  # tests, the critical path, run in two lanes that overlap (BENCHMARKS.md "Cold and warm CI"). The second lab has
+  # podman hosts of its own (KA_LAB_HOSTS=1, containers kube-accel-lab-second-HOST) for the upgrade from 0.1.0
+  # (marker second_lab), which runs first there, as the first site.yml as `make demo` runs it runs first on the
+  # first lab: each needs a lab kube-accel never touched (tests/conftest.py).
   # The cluster bench (marker bench, a lab of its own) runs in this lane too: it ends first, the background lane last.
   second_log=$(mktemp -t ka-pytest-lab2.XXXXXX)
-  KA_LAB_DIR=$PWD/.lab/second KA_LAB_NAME=kube-accel-lab-second \
-    pytest_lane pytest-lab2 -m "(lab and cluster_only) or bench" --durations=20 >"$second_log" 2>&1 &
+  KA_LAB_DIR=$PWD/.lab/second KA_LAB_NAME=kube-accel-lab-second KA_LAB_HOSTS=1 \
+    pytest_lane pytest-lab2 -m "(lab and (cluster_only or second_lab)) or bench" --durations=20 >"$second_log" 2>&1 &
   second_pid=$!
-  pytest_lane pytest-lab -m "lab and not cluster_only" --durations=40 || rc=1
+  pytest_lane pytest-lab -m "lab and not cluster_only and not second_lab" --durations=40 || rc=1
   wait "$second_pid" || rc=1
   wait "$other_pid" || rc=1
   echo "== lab tests on the second lab (cluster_only) and the cluster bench =="

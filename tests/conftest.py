@@ -3,11 +3,16 @@
 
 from __future__ import annotations
 
-from lab_fixture import lab  # noqa: F401  (session fixture)
+from lab_fixture import FIRST, lab  # noqa: F401  (session fixture)
 
-# The lab lane's order: the upgrade from 0.1.0 needs a lab kube-accel never touched, and leaves it converged (hosts and
-# cluster) for the tests after it; everything else keeps its file order.
-FIRST = ("tests/integration/test_upgrade_lab.py",)
+
+def pytest_configure(config) -> None:
+    config.addinivalue_line("markers", "second_lab: a lab test that needs podman hosts and a lab kube-accel never "
+                            "touched, run on the second lab with hosts of its own (the upgrade from 0.1.0)")
+
+
+# A lab lane's order: the tests in FIRST need a lab kube-accel never touched, and leave it converged (hosts and cluster)
+# for the tests after them; everything else keeps its file order.
 
 
 def pytest_collection_modifyitems(items) -> None:

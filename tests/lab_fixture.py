@@ -2,10 +2,15 @@
 
 A lab this fixture started is torn down at the end of the session unless KUBE_ACCEL_KEEP_LAB=1. Its nodes start
 without kube-accel labels (a fresh cluster's); the fixture labels them with the cluster play's pool_labels role.
-KA_LAB_DIR and KA_LAB_NAME point it at a second lab (`lab.py --dir DIR --name NAME up --no-hosts`), for work on lab
-processes beside the shared one; tests that run plays there pass ``-e accel_kubeconfig=<lab.kubeconfig>``. `make test`
-runs the tests marked ``cluster_only`` (no podman host, no state an earlier lab test left) on such a lab
-(scripts/test.sh).
+KA_LAB_DIR and KA_LAB_NAME point it at a second lab (`lab.py --dir DIR --name NAME up`), for work on lab processes
+beside the shared one; tests that run plays there pass ``-e accel_kubeconfig=<lab.kubeconfig>`` (site_play does). A
+second lab has podman hosts of its own only with KA_LAB_HOSTS=1 (containers NAME-HOST, reached through the lab's
+hosts-inventory.yml: kalab.hosts; site_play and inventory_args add it) and keeps its own fact cache (lab_env). `make
+test` runs the tests marked ``cluster_only`` (no podman host, no state an earlier lab test left) and ``second_lab``
+(the upgrade test, with hosts) on such a lab (scripts/test.sh).
+
+A session that runs one of the tests that need a lab kube-accel never touched (tests/conftest.py FIRST) leaves a
+fresh lab's nodes unlabelled for them; otherwise the fixture labels them.
 """
 
 from __future__ import annotations
@@ -27,6 +32,12 @@ BIN = Path(os.environ.get("KA_CACHE", Path.home() / ".cache" / "kube-accel")) / 
 LAB_PY = REPO / "scripts" / "lab.py"
 LAB_DIR = Path(os.environ.get("KA_LAB_DIR") or REPO / ".lab").resolve()
 LAB_NAME = os.environ.get("KA_LAB_NAME") or "kube-accel-lab"
+DEFAULT_LAB = (REPO / ".lab").resolve() == LAB_DIR
+# The tests that need a lab kube-accel never touched; a session runs them first (tests/conftest.py): on the first lab
+# the first site.yml as `make demo` runs it, on the second lab (with hosts) the upgrade from 0.1.0.
+FIRST = ("tests/integration/test_first_run_lab.py", "tests/integration/test_upgrade_lab.py")
+# kalab.hosts.HOSTS_INVENTORY: where a second lab's hosts are reached.
+HOSTS_INVENTORY = LAB_DIR / "hosts-inventory.yml"
 
 
 @dataclass
@@ -67,9 +78,29 @@ def _lab(*args: str) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, check=False)
 
 
+def lab_env(helm_dir: Path = BIN) -> dict[str, str]:
+    """ansible-playbook's environment for a play on this lab: the repo's config, this venv and the toolchain first on
+    PATH, and on a second lab a fact cache of its own (its hosts have the first lab's names)."""
+    bin_dir = Path(sys.executable).parent
+    return {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1",
+            "PATH": f"{helm_dir}:{bin_dir}:{os.environ['PATH']}",
+            **({} if DEFAULT_LAB else {"ANSIBLE_CACHE_PLUGIN_CONNECTION": str(LAB_DIR / "ansible-facts")})}
+
+
+def container(host: str) -> str:
+    """The podman container of the lab's ``host`` (kalab.hosts.container_name)."""
+    return host if DEFAULT_LAB else f"{LAB_NAME}-{host}"
+
+
+def inventory_args(inventory: Path) -> list[str]:
+    """``-i inventory``, and on a second lab with hosts the source that points its hosts at their containers."""
+    return ["-i", str(inventory), *(["-i", str(HOSTS_INVENTORY)] if HOSTS_INVENTORY.exists() else [])]
+
+
 def _up() -> None:
-    # Podman host names are shared: only the default lab has hosts.
-    proc = _lab("up", "--skip-toolchain", *([] if (REPO / ".lab").resolve() == LAB_DIR else ["--no-hosts"]))
+    # The default lab has hosts; a second one only when asked (KA_LAB_HOSTS=1: containers of its own names).
+    hosts = DEFAULT_LAB or os.environ.get("KA_LAB_HOSTS") == "1"
+    proc = _lab("up", "--skip-toolchain", *([] if hosts else ["--no-hosts"]))
     if proc.returncode != 0:
         pytest.fail(f"lab did not start:\n{proc.stdout}\n{proc.stderr}")
 
@@ -81,33 +112,38 @@ def reset_lab(lab: Lab) -> None:
     _up()
 
 
+def pools_of_inventory() -> dict[str, list[str]]:
+    """The lab inventory's pools and their hosts (the lab's node names), as ansible-inventory reads it."""
+    out = subprocess.run([str(Path(sys.executable).parent / "ansible-inventory"), "-i",
+                          str(REPO / "inventories" / "lab" / "hosts.yml"), "--list"],
+                         cwd=REPO, capture_output=True, text=True, check=True, env=lab_env()).stdout
+    hostvars = json.loads(out)["_meta"]["hostvars"]
+    by_pool: dict[str, list[str]] = {}
+    for host, hv in hostvars.items():
+        if hv.get("accel_pool"):
+            by_pool.setdefault(hv["accel_pool"], []).append(host)
+    return {k: sorted(v) for k, v in by_pool.items()}
+
+
 @pytest.fixture(scope="session")
-def lab() -> Lab:
+def lab(request) -> Lab:
     missing = [b for b in ("kube-apiserver", "kwokctl", "etcd", "helm") if not (BIN / b).exists()]
     if missing:
         pytest.fail(f"lab toolchain missing {missing} in {BIN}: run `make toolchain` first")
     started = _lab("status").returncode != 0
     if started:
         _up()
-    # The lab's nodes start unlabelled, as a fresh cluster's: label them with the cluster play's own role.
-    label = subprocess.run(
-        [str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(REPO / "inventories" / "lab" / "hosts.yml"),
-         str(REPO / "tests" / "lab_label_pools.yml"), "-e", f"accel_kubeconfig={LAB_DIR / 'kubeconfig'}"],
-        cwd=REPO, capture_output=True, text=True, check=False, timeout=300,
-        env={**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1"})
-    if label.returncode != 0:
-        pytest.fail(f"labelling the lab's pools failed:\n{label.stdout[-3000:]}\n{label.stderr[-2000:]}")
-    from kubernetes import client, config  # noqa: PLC0415
-
-    kubeconfig = LAB_DIR / "kubeconfig"
-    api = client.CoreV1Api(config.new_client_from_config(str(kubeconfig)))
-    from ansible_collections.kube_accel.gpu.plugins.module_utils.common import constants as accel_constants  # noqa: PLC0415
-
-    key = accel_constants.LABELS["pool"]
-    by_pool: dict[str, list[str]] = {}
-    for node in api.list_node(label_selector=key).items:
-        by_pool.setdefault(node.metadata.labels[key], []).append(node.metadata.name)
-    yield Lab(kubeconfig=kubeconfig, nodes_by_pool={k: sorted(v) for k, v in by_pool.items()})
+    untouched = started and any(item.nodeid.startswith(FIRST) for item in request.session.items)
+    if not untouched:
+        # The lab's nodes start unlabelled, as a fresh cluster's: label them with the cluster play's own role.
+        label = subprocess.run(
+            [str(Path(sys.executable).parent / "ansible-playbook"),
+             *inventory_args(REPO / "inventories" / "lab" / "hosts.yml"), str(REPO / "tests" / "lab_label_pools.yml"),
+             "-e", f"accel_kubeconfig={LAB_DIR / 'kubeconfig'}"],
+            cwd=REPO, capture_output=True, text=True, check=False, timeout=300, env=lab_env())
+        if label.returncode != 0:
+            pytest.fail(f"labelling the lab's pools failed:\n{label.stdout[-3000:]}\n{label.stderr[-2000:]}")
+    yield Lab(kubeconfig=LAB_DIR / "kubeconfig", nodes_by_pool=pools_of_inventory())
     if started and os.environ.get("KUBE_ACCEL_KEEP_LAB") != "1":
         _lab("down")
 
@@ -119,11 +155,10 @@ def converge_cluster(lab: Lab, releases: set[str], namespace: str | None = None)
     if releases <= set(lab.releases(namespace)):
         return
     bin_dir = Path(sys.executable).parent
-    env = {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1",
-           "PATH": f"{lab.helm.parent}:{bin_dir}:{os.environ['PATH']}"}
-    play = subprocess.run([str(bin_dir / "ansible-playbook"), "-i", str(REPO / "inventories" / "lab" / "hosts.yml"),
+    play = subprocess.run([str(bin_dir / "ansible-playbook"), *inventory_args(LAB_INVENTORY / "hosts.yml"),
                            str(REPO / "ansible" / "cluster.yml"), "-e", f"accel_kubeconfig={lab.kubeconfig}"],
-                          cwd=REPO, env=env, capture_output=True, text=True, check=False, timeout=900)
+                          cwd=REPO, env=lab_env(lab.helm.parent), capture_output=True, text=True, check=False,
+                          timeout=900)
     assert play.returncode == 0, play.stdout[-4000:]
 
 
@@ -133,12 +168,13 @@ CHANGED_INVENTORY = REPO / "inventories" / ".tmp-changed"
 
 
 def site_play(lab: Lab, inventory: Path, *args: str, timeout: int = 900) -> subprocess.CompletedProcess:
-    """ansible/site.yml on ``inventory`` (a hosts.yml) with ``args``, as a user runs it against the lab."""
+    """ansible/site.yml on ``inventory`` (a hosts.yml) with ``args``, as a user runs it against the lab (on a second
+    lab: its hosts' containers, its kubeconfig)."""
     bin_dir = Path(sys.executable).parent
-    env = {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1",
-           "PATH": f"{lab.helm.parent}:{bin_dir}:{os.environ['PATH']}"}
-    return subprocess.run([str(bin_dir / "ansible-playbook"), "-i", str(inventory), str(REPO / "ansible" / "site.yml"),
-                           *args], cwd=REPO, env=env, capture_output=True, text=True, check=False, timeout=timeout)
+    own = [] if DEFAULT_LAB else ["-e", f"accel_kubeconfig={lab.kubeconfig}"]
+    return subprocess.run([str(bin_dir / "ansible-playbook"), *inventory_args(inventory),
+                           str(REPO / "ansible" / "site.yml"), *own, *args], cwd=REPO, env=lab_env(lab.helm.parent),
+                          capture_output=True, text=True, check=False, timeout=timeout)
 
 
 def changed_lab_inventory(pool_file: str, change) -> Path:

@@ -15,7 +15,6 @@ pods, the Jobs); the registrations come from the lab's stand-ins (kalab.standins
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 import sys
@@ -25,7 +24,7 @@ from pathlib import Path
 
 import pytest
 from ansible_collections.kube_accel.gpu.plugins.module_utils.helm.pool_charts import DRA_DRIVER_IMAGE
-from lab_fixture import LAB_DIR, LAB_NAME, converge_cluster, wait_for
+from lab_fixture import LAB_DIR, LAB_NAME, converge_cluster, inventory_args, lab_env, wait_for
 
 pytestmark = [pytest.mark.lab, pytest.mark.cluster_only]
 
@@ -44,11 +43,10 @@ def lab_py(*args: str) -> None:
 def verify(lab, *extra: str) -> subprocess.CompletedProcess:
     """verify.yml on this lab, without the GPU Operator's operands (not under test here; on a lab without hosts the
     operator holds them back)."""
-    env = {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1",
-           "PATH": f"{lab.helm.parent}:{Path(sys.executable).parent}:{os.environ['PATH']}"}
-    return subprocess.run([PLAYBOOK, "-i", str(LAB / "hosts.yml"), str(REPO / "ansible" / "verify.yml"),
+    return subprocess.run([PLAYBOOK, *inventory_args(LAB / "hosts.yml"), str(REPO / "ansible" / "verify.yml"),
                            "-e", f"accel_kubeconfig={lab.kubeconfig}", "-e", "pool_verify_gpu_operator=false", *extra],
-                          cwd=REPO, env=env, capture_output=True, text=True, check=False, timeout=600)
+                          cwd=REPO, env=lab_env(lab.helm.parent), capture_output=True, text=True, check=False,
+                          timeout=600)
 
 
 def agent_pods(lab, nodes: dict[str, str]) -> dict[str, dict]:

@@ -15,14 +15,13 @@ What the upgrade must show (docs/day2.md "Upgrading kube-accel"):
 
 Evidence: 0.1.0's own code and this checkout's, run by ansible-playbook against the lab's real kube-apiserver, helm,
 kube-controller-manager (Deployments, DaemonSets) and podman hosts; kwok (stand-in for the kubelet) runs the pods.
-The test needs a lab no kube-accel has touched yet: the lab lane runs it first (tests/conftest.py); on a used lab it
-restarts the lab.
+The test needs a lab no kube-accel has touched yet: `make test` runs it first on the second lab, whose podman hosts
+are its own (marker second_lab, tests/conftest.py, scripts/test.sh); on a used lab it restarts the lab.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 import sys
@@ -30,10 +29,10 @@ from pathlib import Path
 
 import pytest
 import yaml
-from lab_fixture import LAB_INVENTORY, reset_lab, site_play
+from lab_fixture import HOSTS_INVENTORY, LAB_INVENTORY, container, lab_env, reset_lab, site_play
 from test_day2_lab import pinned_pod
 
-pytestmark = pytest.mark.lab
+pytestmark = [pytest.mark.lab, pytest.mark.second_lab]
 
 REPO = Path(__file__).resolve().parents[2]
 WORKLOADS = "upgrade-workloads"
@@ -57,7 +56,8 @@ def gpu_hosts(inventory: Path) -> list[str]:
 
 
 def record_version(host: str) -> int:
-    out = subprocess.run(["podman", "exec", host, "cat", RECORD], capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(["podman", "exec", container(host), "cat", RECORD], capture_output=True, text=True,
+                         check=True).stdout
     return json.loads(out)["version"]
 
 
@@ -89,13 +89,16 @@ def upgrade(lab, tmp_path_factory):
     assert "kube_accel.gpu.podman_pipelined" in lab_hosts, "0.1.0's lab inventory names another connection"
     hosts_yml.write_text(lab_hosts.replace("kube_accel.gpu.podman_pipelined", "podman_pipelined"))
     bin_dir = Path(sys.executable).parent
-    env = {**os.environ, "ANSIBLE_CONFIG": str(old / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1",
+    env = {**lab_env(lab.helm.parent), "ANSIBLE_CONFIG": str(old / "ansible.cfg"),
            # 0.1.0's collection (its .collections links to its checkout), the other collections from this venv.
            "ANSIBLE_COLLECTIONS_PATH": f"{old / '.collections'}:{REPO / '.venv/lib/python3.11/site-packages'}",
            "ANSIBLE_CONNECTION_PLUGINS": str(REPO / "plugins" / "connection"),
-           "PATH": f"{lab.helm.parent}:{bin_dir}:{os.environ['PATH']}"}
+           # 0.1.0's facts stay its own (its checkout's fact cache), as with its own ansible.cfg alone.
+           "ANSIBLE_CACHE_PLUGIN_CONNECTION": str(old / ".cache" / "ansible-facts")}
+    # On a second lab, its hosts' containers (kalab.hosts): the same source after 0.1.0's own lab inventory.
+    mapping = ["-i", str(HOSTS_INVENTORY)] if HOSTS_INVENTORY.exists() else []
     installed = subprocess.run(
-        [str(bin_dir / "ansible-playbook"), "-i", "inventories/lab/hosts.yml", "ansible/site.yml",
+        [str(bin_dir / "ansible-playbook"), "-i", "inventories/lab/hosts.yml", *mapping, "ansible/site.yml",
          "-e", f"accel_kubeconfig={lab.kubeconfig}"],
         cwd=old, env=env, capture_output=True, text=True, check=False, timeout=900)
     assert installed.returncode == 0, installed.stdout[-5000:] + installed.stderr[-2000:]

@@ -248,12 +248,13 @@ def finish_job(batch, core, p, pool, job: dict, deadline: float, path_ready=None
             now = time.time()
             if now >= deadline:
                 break
-            pending = core.list_namespaced_pod(ns, label_selector=f"job-name={name}").items
-            why = retry_due([pod_view(pd) for pd in pending], now, job["started"], RETRY_AFTER_S)
-            if why and path_ready is not None and path_ready():
-                job["retries"].append(why)
-                job.update(start_job(batch, core, p, pool))
-                continue
+            if path_ready is not None:
+                pending = core.list_namespaced_pod(ns, label_selector=f"job-name={name}").items
+                why = retry_due([pod_view(pd) for pd in pending], now, job["started"], RETRY_AFTER_S)
+                if why and path_ready():
+                    job["retries"].append(why)
+                    job.update(start_job(batch, core, p, pool))
+                    continue
             time.sleep(1)
         pods = core.list_namespaced_pod(ns, label_selector=f"job-name={name}").items
         nodes = sorted({pd.spec.node_name for pd in pods if pd.spec.node_name})

@@ -59,7 +59,7 @@ def up(args: argparse.Namespace) -> None:
     site = site_of(args)
     site.root.mkdir(parents=True, exist_ok=True)
     if not args.skip_toolchain:
-        run(str(REPO / "scripts" / "toolchain.sh"), "all", capture=False)
+        run(str(REPO / "scripts" / "toolchain.sh"), "demo", capture=False)
     start_cluster(site, audit_nodes=args.audit_nodes)
     inv = inventory(site.inventory)
     hosts = gpu_hosts(inv)

@@ -88,8 +88,10 @@ def lab_env(helm_dir: Path = BIN) -> dict[str, str]:
 
 
 def container(host: str) -> str:
-    """The podman container of the lab's ``host`` (kalab.hosts.container_name)."""
-    return host if DEFAULT_LAB else f"{LAB_NAME}-{host}"
+    """The podman container of the lab's ``host``: its name, or where the lab's hosts-inventory.yml points it."""
+    if not HOSTS_INVENTORY.exists():
+        return host
+    return yaml.safe_load(HOSTS_INVENTORY.read_text())["all"]["hosts"][host]["ansible_host"]
 
 
 def inventory_args(inventory: Path) -> list[str]:

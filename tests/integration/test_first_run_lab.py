@@ -17,12 +17,13 @@ import re
 import time
 
 import pytest
+from ansible_collections.kube_accel.gpu.plugins.module_utils.common import constants as accel_constants
 from lab_fixture import LAB_INVENTORY, reset_lab, site_play
 from test_site_lab import RECAP, node_labels, summary
 
 pytestmark = pytest.mark.lab
 
-POOL_LABEL = "kube-accel.io/pool"
+POOL_LABEL = accel_constants.LABELS["pool"]
 
 
 def test_the_first_site_run_on_a_fresh_lab_passes(lab):

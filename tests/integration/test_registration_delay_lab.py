@@ -24,6 +24,7 @@ from pathlib import Path
 
 import pytest
 from ansible_collections.kube_accel.gpu.plugins.module_utils.helm.pool_charts import DRA_DRIVER_IMAGE
+from ansible_collections.kube_accel.gpu.plugins.module_utils.verify.scheduling import HAMI_REGISTER
 from lab_fixture import LAB_DIR, LAB_NAME, converge_cluster, inventory_args, lab_env, wait_for
 
 pytestmark = [pytest.mark.lab, pytest.mark.cluster_only]
@@ -32,7 +33,6 @@ REPO = Path(__file__).resolve().parents[2]
 LAB = REPO / "inventories" / "lab"
 PLAYBOOK = str(Path(sys.executable).parent / "ansible-playbook")
 DELAY = 60
-HAMI_REGISTER = "hami.io/node-nvidia-register"
 
 
 def lab_py(*args: str) -> None:
